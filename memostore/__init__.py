@@ -1,0 +1,32 @@
+"""memostore: a content-addressed artifact store in the style of git for PyTorch code.
+
+``@memo`` keys each call by the digest of its arguments and of the code it
+depends on, and returns the stored result on the next identical call, in this
+process or a later one, on this machine or a teammate's.
+"""
+
+from __future__ import annotations
+
+from . import numpy_codec as _numpy_codec  # registers the ndarray codec
+from .codecs import Codec, register_codec
+from .errors import MemostoreError, MemostoreWarning
+from .evaluation import Evaluation
+from .hashcache import forget as forget_digest
+from .memo import memo
+from .store import Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Codec",
+    "Evaluation",
+    "MemostoreError",
+    "MemostoreWarning",
+    "Store",
+    "__version__",
+    "forget_digest",
+    "memo",
+    "register_codec",
+]
+
+del _numpy_codec

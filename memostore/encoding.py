@@ -1,0 +1,477 @@
+"""Encoding values into content-addressed objects (and so hashing them).
+
+The digest of a value is the id of its canonical encoding: a ``value``
+document whose ``node`` describes the value, referring to blobs for bulk bytes
+and to other value documents for large, separately cacheable parts. One
+:class:`Encoder` serves both hashing (a :class:`HashSink` computes ids and
+keeps what it would write, for a later :meth:`HashSink.flush`) and storing (a
+:class:`StoreSink` writes as it goes, children before parents, so a present
+document implies its children are present).
+
+``docs/format.md`` specifies every node; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import importlib
+import math
+import sys
+import types
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .codecs import Codec, CodecRegistry, registry
+from .errors import EncodeError
+from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
+from .objects import KIND_VALUE, Doc, Links, canonical_json, digest_bytes, new_hasher
+
+if TYPE_CHECKING:
+    from .object_store import BaseObjectStore
+
+Buffer = bytes | bytearray | memoryview
+Producer = Callable[[], Iterable[Buffer]]
+
+# bytes/str of at least this size become a blob of their own instead of inline text.
+INLINE_BYTES_MAX = 64 << 10
+_INLINE_STR_MAX = 1 << 20
+
+_IMMUTABLE_ATOMS = (type(None), bool, int, float, str)
+_CODE_TYPES = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    type,
+)
+
+
+class Sink(ABC):
+    """Where encoded objects go."""
+
+    @abstractmethod
+    def put_doc(self, doc: Doc) -> str: ...
+
+    @abstractmethod
+    def put_blob(self, produce: Producer, size: int, known_id: str = "") -> str: ...
+
+    @abstractmethod
+    def require(self, object_id: str, obj: Any) -> None:
+        """Note that document *object_id* (from the hash cache) encodes *obj*."""
+
+
+class HashSink(Sink):
+    """Computes ids without writing; keeps what a later flush needs.
+
+    Documents are kept in encoding order (children first). Blobs are kept as
+    their producers, so bulk bytes are never copied.
+    """
+
+    def __init__(self) -> None:
+        self.docs: dict[str, Doc] = {}
+        self.blobs: dict[str, tuple[Producer, int]] = {}
+        self.required: dict[str, Any] = {}
+
+    def put_doc(self, doc: Doc) -> str:
+        self.docs.setdefault(doc.id, doc)
+        return doc.id
+
+    def put_blob(self, produce: Producer, size: int, known_id: str = "") -> str:
+        if known_id:
+            blob_id = known_id
+        else:
+            hasher = new_hasher(size)
+            for chunk in produce():
+                hasher.update(chunk)
+            blob_id = hasher.hexdigest()
+        self.blobs.setdefault(blob_id, (produce, size))
+        return blob_id
+
+    def require(self, object_id: str, obj: Any) -> None:
+        self.required.setdefault(object_id, obj)
+
+    def flush(self, objects: BaseObjectStore) -> None:
+        """Write everything this sink saw into *objects* (blobs, then documents).
+
+        A blob whose source changed since it was hashed raises CorruptObject and
+        is not stored: the caller's record would otherwise point at other bytes.
+        """
+        for object_id, obj in self.required.items():
+            if not objects.contains(object_id):
+                Encoder(StoreSink(objects)).encode_value(obj)
+        for blob_id, (produce, size) in self.blobs.items():
+            objects.add_chunks(produce(), size, expected_id=blob_id)
+        for doc in self.docs.values():
+            objects.add_doc(doc)
+
+
+class StoreSink(Sink):
+    """Writes each object into an object database as soon as it is encoded."""
+
+    def __init__(self, objects: BaseObjectStore) -> None:
+        self.objects = objects
+
+    def put_doc(self, doc: Doc) -> str:
+        return self.objects.add_doc(doc)
+
+    def put_blob(self, produce: Producer, size: int, known_id: str = "") -> str:
+        return self.objects.add_chunks(produce(), size, expected_id=known_id)
+
+    def require(self, object_id: str, obj: Any) -> None:
+        if not self.objects.contains(object_id):
+            # The cache knew the id but this store lacks the object: encode for real.
+            Encoder(self, cache=None).encode_value(obj)
+
+
+class _Frame:
+    """State of the document being built: its links and its identity memo."""
+
+    __slots__ = ("keepalive", "labels", "links", "memo", "scratch")
+
+    def __init__(self) -> None:
+        self.links = Links()
+        # id(obj) -> the node emitted at its first occurrence
+        self.memo: dict[int, Any] = {}
+        self.labels = 0
+        self.keepalive: list[Any] = []
+        self.scratch: dict[Any, Any] = {}
+
+
+def _float_node(value: float) -> Any:
+    if math.isfinite(value):
+        return value
+    return {"$": "float", "v": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+
+
+def _sort_key(node: Any) -> bytes:
+    return canonical_json(node)
+
+
+class Encoder:
+    """Turns Python values into nodes and documents.
+
+    Codecs call :meth:`node`, :meth:`ref`, :meth:`blob`, :meth:`cached_blob`
+    and :meth:`code` while encoding; they must call them in the same order as
+    their decoder reads the results back, so that shared references line up.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        cache: HashCache | None = digest_cache,
+        lineage: LineageCache | None = lineage_cache,
+        codecs: CodecRegistry = registry,
+    ) -> None:
+        self.sink = sink
+        self.cache = cache
+        self.lineage = lineage
+        self.codecs = codecs
+        self.parents: set[str] = set()
+        # code digest -> blob id of code stored by value (not part of any digest)
+        self.payloads: dict[str, str] = {}
+        self._frames: list[_Frame] = []
+        self._unlabelled = 0  # >0 while encoding set elements and dict keys
+
+    # -- entry points ---------------------------------------------------------------
+    def encode_value(self, obj: Any) -> str:
+        """Encode *obj* as a value document; return its id (the value's digest)."""
+        codec = self._codec_for(obj)
+        if codec is not None and codec.standalone:
+            return self._standalone(obj, codec)
+        return self._document(lambda: self.node(obj))
+
+    def encode_mapping(self, items: Iterable[tuple[str, Any]]) -> str:
+        """Encode named values in the given order (a call's arguments)."""
+
+        def build() -> Any:
+            out = []
+            for name, value in items:
+                try:
+                    out.append([name, self.node(value)])
+                except EncodeError as exc:
+                    raise EncodeError(f"argument {name!r}: {exc}") from exc
+            return {"$": "args", "items": out}
+
+        return self._document(build)
+
+    # -- API for codecs ----------------------------------------------------------------
+    @property
+    def scratch(self) -> dict[Any, Any]:
+        """Scratch space local to the document being built (e.g. shared storages)."""
+        return self._frames[-1].scratch
+
+    def node(self, obj: Any) -> Any:
+        """The inline node of *obj* within the current document."""
+        cls = type(obj)
+        if cls is str:
+            if len(obj) > _INLINE_STR_MAX:
+                data = obj.encode("utf-8")
+                return {"$": "str", "blob": self.blob(lambda: (data,), len(data))}
+            return obj
+        if cls is int or cls is bool or obj is None:
+            return obj
+        if cls is float:
+            return _float_node(obj)
+        if cls is tuple:
+            return {"$": "tuple", "items": [self.node(x) for x in obj]}
+        if cls is bytes:
+            return self._bytes_node("bytes", obj)
+        if cls is frozenset:
+            return {"$": "frozenset", "items": self._unordered(obj)}
+        if cls is complex:
+            return {"$": "complex", "re": _float_node(obj.real), "im": _float_node(obj.imag)}
+        if isinstance(obj, _CODE_TYPES):
+            return self.code(obj)
+        if cls is types.ModuleType:
+            return {"$": "module", "name": obj.__name__}
+
+        # Everything below may be shared or mutable: preserve identity within the doc.
+        frame = self._frames[-1]
+        seen = frame.memo.get(id(obj))
+        if seen is not None:
+            return self._same(frame, seen)
+
+        if cls is list:
+            out: list[Any] = []
+            self._remember(frame, obj, out)
+            for x in obj:
+                out.append(self.node(x))
+            return out
+        if cls is dict or cls is OrderedDict:
+            out_d: dict[str, Any] = {"$": "dict" if cls is dict else "odict"}
+            self._remember(frame, obj, out_d)
+            out_d["items"] = self._dict_items(obj.items(), ordered=cls is OrderedDict)
+            return out_d
+        if cls is set:
+            out_s: dict[str, Any] = {"$": "set"}
+            self._remember(frame, obj, out_s)
+            out_s["items"] = self._unordered(obj)
+            return out_s
+        if cls is bytearray:
+            out_b = self._bytes_node("bytearray", bytes(obj))
+            self._remember(frame, obj, out_b)
+            return out_b
+
+        self._note_lineage(obj)
+        codec = self._codec_for(obj)
+        if codec is not None:
+            if codec.standalone:
+                ref = {"$": "ref", "id": self._standalone(obj, codec)}
+                frame.links.docs.add(ref["id"])
+                self._remember(frame, obj, ref)
+                return ref
+            out_c: dict[str, Any] = {"$": codec.tag}
+            self._remember(frame, obj, out_c)
+            out_c.update(codec.encode(obj, self))
+            return out_c
+        return self._reduce(obj, frame)
+
+    def ref(self, obj: Any) -> dict[str, Any]:
+        """A reference to *obj* encoded as its own value document."""
+        doc_id = self.encode_value(obj)
+        self._frames[-1].links.docs.add(doc_id)
+        return {"$": "ref", "id": doc_id}
+
+    def blob(self, produce: Producer, size: int, known_id: str = "") -> str:
+        """Store bytes as a blob (streamed from *produce*) and link it; return its id."""
+        blob_id = self.sink.put_blob(produce, size, known_id)
+        self._frames[-1].links.blobs.add(blob_id)
+        return blob_id
+
+    def cached_blob(
+        self, obj: Any, fingerprint: Hashable | None, produce: Producer, size: int
+    ) -> str:
+        """Like :meth:`blob`, reusing the digest cached for *obj* while its fingerprint holds."""
+        known = ""
+        if self.cache is not None and fingerprint is not None:
+            known = self.cache.get(obj, fingerprint) or ""
+        blob_id = self.blob(produce, size, known)
+        if self.cache is not None and fingerprint is not None and not known:
+            self.cache.put(obj, fingerprint, blob_id)
+        return blob_id
+
+    def code(self, obj: Any) -> dict[str, Any]:
+        """A digest-pinned reference to a function or class (see ``docs/format.md``)."""
+        from .code_refs import encode_code_ref
+
+        return encode_code_ref(obj, self)
+
+    # -- internals ---------------------------------------------------------------------
+    def _document(self, build: Callable[[], Any]) -> str:
+        frame = _Frame()
+        self._frames.append(frame)
+        try:
+            node = build()
+        except RecursionError:
+            raise EncodeError(
+                "value is nested too deeply to encode; store a flatter structure"
+            ) from None
+        finally:
+            self._frames.pop()
+        doc = Doc(KIND_VALUE, {"node": node}, frame.links)
+        return self.sink.put_doc(doc)
+
+    def _standalone(self, obj: Any, codec: Codec) -> str:
+        fingerprint = codec.fingerprint(obj) if self.cache is not None else None
+        if fingerprint is not None:
+            cached = self.cache.get(obj, fingerprint)  # type: ignore[union-attr]
+            if cached is not None:
+                self.sink.require(cached, obj)
+                return cached
+
+        def build() -> Any:
+            out: dict[str, Any] = {"$": codec.tag}
+            out.update(codec.encode(obj, self))
+            return out
+
+        doc_id = self._document(build)
+        if fingerprint is not None:
+            self.cache.put(obj, fingerprint, doc_id)  # type: ignore[union-attr]
+        return doc_id
+
+    def _codec_for(self, obj: Any) -> Codec | None:
+        cls = type(obj)
+        if cls in _BUILTIN_TYPES:
+            return None
+        return self.codecs.for_type(cls)
+
+    def _remember(self, frame: _Frame, obj: Any, node: Any) -> None:
+        if self._unlabelled:
+            return
+        frame.memo[id(obj)] = node
+        frame.keepalive.append(obj)
+
+    def _same(self, frame: _Frame, first: Any) -> dict[str, Any]:
+        """Refer back to an object already in this document, labelling its first node."""
+        if isinstance(first, list):
+            if first and isinstance(first[0], dict) and first[0].get("$") == "label":
+                label = first[0]["k"]
+            else:
+                label = frame.labels
+                frame.labels += 1
+                first.insert(0, {"$": "label", "k": label})
+        else:
+            label = first.get("&")
+            if label is None:
+                label = frame.labels
+                frame.labels += 1
+                first["&"] = label
+        return {"$": "same", "k": label}
+
+    def _bytes_node(self, tag: str, data: bytes) -> dict[str, Any]:
+        if len(data) >= INLINE_BYTES_MAX:
+            return {"$": tag, "blob": self.blob(lambda: (data,), len(data))}
+        return {"$": tag, "hex": data.hex()}
+
+    def _unordered(self, items: Iterable[Any]) -> list[Any]:
+        self._unlabelled += 1
+        try:
+            nodes = [self.node(x) for x in items]
+        finally:
+            self._unlabelled -= 1
+        nodes.sort(key=_sort_key)
+        return nodes
+
+    def _dict_items(self, items: Iterable[tuple[Any, Any]], ordered: bool) -> list[list[Any]]:
+        self._unlabelled += 1
+        try:
+            keyed = [(self.node(k), v) for k, v in items]
+        finally:
+            self._unlabelled -= 1
+        if not ordered:
+            # As == compares dicts: insertion order does not matter. Keys are
+            # unique, so their encodings are unique too (a total order).
+            keyed.sort(key=lambda kv: _sort_key(kv[0]))
+        return [[k, self.node(v)] for k, v in keyed]
+
+    def _note_lineage(self, obj: Any) -> None:
+        if self.lineage is not None:
+            parent = self.lineage.get(obj)
+            if parent is not None:
+                self.parents.add(parent)
+
+    def _reduce(self, obj: Any, frame: _Frame) -> dict[str, Any]:
+        """Encode any picklable object through the pickle reduce protocol."""
+        cls = type(obj)
+        try:
+            reducer = copyreg.dispatch_table.get(cls)
+            rv = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
+        except Exception as exc:
+            raise EncodeError(_unencodable_message(obj, exc)) from exc
+        if isinstance(rv, str):
+            module = getattr(obj, "__module__", None) or _whichmodule(obj)
+            return self.code_by_name(module, rv)
+        if not isinstance(rv, tuple) or not 2 <= len(rv) <= 6:
+            raise EncodeError(f"{cls.__qualname__}.__reduce_ex__ returned {rv!r}")
+        fn, args, state, listitems, dictitems, setstate = (*rv, None, None, None, None)[:6]
+        node: dict[str, Any] = {}
+        self._remember(frame, obj, node)
+        if fn is copyreg.__newobj__ and args and isinstance(args[0], type):
+            node["$"] = "object"
+            node["cls"] = self.code(args[0])
+            node["args"] = [self.node(a) for a in args[1:]]
+        else:
+            node["$"] = "reduce"
+            node["fn"] = self.node(fn)
+            node["args"] = [self.node(a) for a in args]
+        if state is not None:
+            node["state"] = self.node(state)
+        if listitems is not None:
+            node["listitems"] = [self.node(x) for x in listitems]
+        if dictitems is not None:
+            node["dictitems"] = self._dict_items(dictitems, ordered=False)
+        if setstate is not None:
+            node["setstate"] = self.node(setstate)
+        return node
+
+    def code_by_name(self, module: str, qualname: str) -> dict[str, Any]:
+        try:
+            obj = importlib.import_module(module)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise EncodeError(f"cannot find global {module}.{qualname}: {exc}") from exc
+        return self.code(obj)
+
+
+_BUILTIN_TYPES = frozenset(
+    {type(None), bool, int, float, str, bytes, bytearray, tuple, list, dict, set, frozenset}
+)
+
+
+def _whichmodule(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", "")
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and getattr(module, name, None) is obj:
+            return module_name
+    return "__main__"
+
+
+def _unencodable_message(obj: Any, exc: BaseException) -> str:
+    cls = type(obj)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        f"cannot encode a {name} object ({exc}). Open files, locks, generators and "
+        "sockets cannot be stored or hashed: return or pass something that pickles, "
+        f"register a codec for {cls.__qualname__}, or leave the argument out of the key "
+        "with @memo(ignore=(...))"
+    )
+
+
+def digest_of_doc_node(node: Any) -> str:
+    """The id a value document holding *node* (and no links) would have."""
+    return Doc(KIND_VALUE, {"node": node}).id
+
+
+__all__ = [
+    "INLINE_BYTES_MAX",
+    "Encoder",
+    "HashSink",
+    "Sink",
+    "StoreSink",
+    "digest_bytes",
+    "digest_of_doc_node",
+]

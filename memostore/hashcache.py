@@ -1,0 +1,131 @@
+"""Per-process caches: object -> digest and object -> evaluation id.
+
+A digest is reused only where the object provably has not changed since it was
+computed:
+
+* the entry holds the object itself (weakly where possible) and is dropped when
+  the object dies, so a recycled ``id()`` can never alias another object;
+* the entry holds the object's *fingerprint* from its codec (for a tensor: its
+  version counter, storage pointer, offset, shape, stride and dtype); the
+  digest is reused only while the fingerprint is equal.
+
+Objects whose codec gives no fingerprint are never cached. Writes that bypass a
+tensor's version counter (through ``.data`` or a numpy view) are invisible to
+it: call :func:`forget` on the object (or ``memostore.forget_digest``) after
+such a write.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class _Entry:
+    ref: Any  # weakref.ref or the object itself
+    fingerprint: Hashable
+    digest: str
+    strong: bool
+
+
+class HashCache:
+    """object -> (fingerprint, digest), guarded by identity and fingerprint."""
+
+    def __init__(self, max_strong: int = 512) -> None:
+        self._entries: dict[int, _Entry] = {}
+        self._lock = threading.Lock()
+        self._strong_order: list[int] = []
+        self._max_strong = max_strong
+
+    def get(self, obj: Any, fingerprint: Hashable) -> str | None:
+        entry = self._entries.get(id(obj))
+        if entry is None:
+            return None
+        alive = entry.ref if entry.strong else entry.ref()
+        if alive is not obj or entry.fingerprint != fingerprint:
+            return None
+        return entry.digest
+
+    def put(self, obj: Any, fingerprint: Hashable, digest: str) -> None:
+        key = id(obj)
+        try:
+            ref = weakref.ref(obj, lambda _r, key=key: self._drop(key, _r))
+            strong = False
+        except TypeError:
+            ref, strong = obj, True
+        with self._lock:
+            self._entries[key] = _Entry(ref, fingerprint, digest, strong)
+            if strong:
+                self._strong_order.append(key)
+                if len(self._strong_order) > self._max_strong:
+                    old = self._strong_order.pop(0)
+                    entry = self._entries.get(old)
+                    if entry is not None and entry.strong:
+                        del self._entries[old]
+
+    def forget(self, obj: Any) -> None:
+        with self._lock:
+            self._entries.pop(id(obj), None)
+
+    def _drop(self, key: int, ref: weakref.ref) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.ref is ref:
+                del self._entries[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._strong_order.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class LineageCache:
+    """object -> id of the evaluation that produced it (weakly held).
+
+    Objects that cannot be weakly referenced (tuples, ints) are not tracked:
+    their lineage is recorded through the weakly-referencable values inside.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, str]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, obj: Any) -> str | None:
+        entry = self._entries.get(id(obj))
+        if entry is None or entry[0]() is not obj:
+            return None
+        return entry[1]
+
+    def put(self, obj: Any, evaluation_id: str) -> None:
+        key = id(obj)
+        try:
+            ref = weakref.ref(obj, lambda r, key=key: self._drop(key, r))
+        except TypeError:
+            return
+        with self._lock:
+            self._entries[key] = (ref, evaluation_id)
+
+    def _drop(self, key: int, ref: weakref.ref) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+digest_cache = HashCache()
+lineage_cache = LineageCache()
+
+
+def forget(obj: Any) -> None:
+    """Drop any cached digest of *obj* (after a write the cache cannot see)."""
+    digest_cache.forget(obj)

@@ -1,0 +1,412 @@
+"""The ``@memo`` decorator: key a call, return the stored result or compute and store it.
+
+Call flow:
+
+1. bind the arguments, apply defaults, drop ``ignore``-d ones;
+2. key = digest(function symbol, code digest of its dependency closure,
+   digest of the arguments, ``version``);
+3. ``refs/evals/<function>/<key>`` names the evaluation; restore its result
+   (fresh objects). A missing, corrupt or stale (code changed) result is a miss;
+4. on a miss, store the arguments, run the body inside an evaluation context
+   (for logging), store the result, then publish the ref: the ref is written
+   last, so a crash at any point leaves the previous state intact;
+5. a failure to store warns (:class:`MemostoreWarning`) and returns the result.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+from . import context
+from .decoding import Decoder
+from .encoding import Encoder, HashSink, StoreSink
+from .errors import DecodeError, MemostoreError, MemostoreWarning, ObjectNotFound, StaleCode
+from .evaluation import (
+    Evaluation,
+    code_doc,
+    error_record,
+    eval_ref_name,
+    evaluation_doc,
+    failed_ref_name,
+    scalar_hparams,
+    summarize,
+)
+from .hashcache import digest_cache, lineage_cache
+from .objects import canonical_json, digest_bytes
+from .provenance import provenance
+from .store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+KEY_PREFIX = b"memostore:key:1\n"
+
+_stores: dict[Path, Store] = {}
+_stores_lock = threading.Lock()
+
+
+def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
+    """The call key: a digest of what determines the result (``docs/format.md``)."""
+    payload = {"function": function, "code": code_digest, "args": args_id, "version": version}
+    return digest_bytes(KEY_PREFIX + canonical_json(payload))
+
+
+def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
+    if isinstance(store, Store):
+        return store
+    from .store import default_store_path
+
+    path = Path(store).expanduser().absolute() if store is not None else default_store_path()
+    opened = _stores.get(path)
+    if opened is None or not (path / "FORMAT").exists():
+        opened = Store(path)
+        with _stores_lock:
+            _stores[path] = opened
+    return opened
+
+
+def _symbol(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=3)
+
+
+class MemoizedFunction:
+    """A function whose calls are looked up in, and stored into, a store."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        ignore: Iterable[str] = (),
+        version: str | None = None,
+        store: Store | str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"@memo needs a function, got {fn!r}")
+        functools.update_wrapper(self, fn)
+        self.__wrapped__ = fn
+        self._fn = fn
+        self._signature = inspect.signature(fn)
+        self._ignore = frozenset(ignore)
+        unknown = self._ignore - set(self._signature.parameters)
+        if unknown:
+            raise MemostoreError(
+                f"@memo(ignore=...) names {sorted(unknown)}, which {fn.__qualname__} "
+                f"does not take; its parameters are {list(self._signature.parameters)}"
+            )
+        self._version = None if version is None else str(version)
+        self._store = store
+        self.symbol = _symbol(fn)
+        self._code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
+        self._code_docs_written: set[tuple[str, str]] = set()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<memo {self.symbol}>"
+
+    # -- keys ---------------------------------------------------------------------------
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return [(k, v) for k, v in bound.arguments.items() if k not in self._ignore]
+
+    def _code(self) -> Any:
+        from .code_deps import code_info
+
+        return code_info(self._fn)
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+        arguments = self._bind(args, kwargs)
+        code = self._code()
+        sink = HashSink()
+        encoder = Encoder(sink)
+        args_id = encoder.encode_mapping(arguments)
+        key = call_key(self.symbol, code.digest, args_id, self._version)
+        return _Call(self, arguments, code, sink, encoder, args_id, key)
+
+    def key(self, *args: Any, **kwargs: Any) -> str:
+        """The hex call key of these arguments (the body does not run)."""
+        return self._prepare(args, kwargs).key
+
+    def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
+        """The stored evaluation for these arguments, or None (the body does not run)."""
+        call = self._prepare(args, kwargs)
+        store = _open_store(self._store)
+        evaluation_id = store.refs.read(eval_ref_name(self.symbol, call.key))
+        if evaluation_id is None:
+            return None
+        try:
+            return Evaluation.load(store, evaluation_id)
+        except (ObjectNotFound, MemostoreError):
+            return None
+
+    # -- calls --------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            call = self._prepare(args, kwargs)
+        except MemostoreError as exc:
+            raise type(exc)(f"cannot key a call of {self.symbol}: {exc}") from exc
+        store = _open_store(self._store)
+        ref = eval_ref_name(self.symbol, call.key)
+        hit, result = self._restore(store, ref)
+        if hit:
+            return result
+        return self._compute(store, call, args, kwargs)
+
+    def _restore(self, store: Store, ref: str) -> tuple[bool, Any]:
+        try:
+            evaluation_id = store.refs.read(ref)
+        except MemostoreError as exc:
+            _warn(f"ignoring damaged ref {ref}: {exc}")
+            return False, None
+        if evaluation_id is None:
+            return False, None
+        try:
+            doc = store.evaluation(evaluation_id)
+            body = doc.body
+            if body.get("status") != "ok" or body.get("result") is None:
+                return False, None
+            decoder = Decoder(store.objects, body.get("payloads") or {})
+            result = decoder.decode_value(body["result"])
+        except StaleCode:
+            return False, None  # code a stored value needs has changed: recompute
+        except ObjectNotFound as exc:
+            _warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
+            return False, None
+        except (DecodeError, MemostoreError, ValueError) as exc:
+            _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
+            return False, None
+        _remember_restored(decoder, evaluation_id)
+        return True, result
+
+    def _compute(
+        self, store: Store, call: _Call, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        storable = True
+        try:
+            call.sink.flush(store.objects)
+            self._write_code_doc(store, call.code)
+        except Exception as exc:
+            storable = False
+            _warn(f"cannot store the arguments of {self.symbol} ({exc}); running unstored")
+        ctx = context.EvalContext(
+            store=store,
+            function=self.symbol,
+            key=call.key,
+            hparams=scalar_hparams(dict(call.arguments)),
+        )
+        token = context.enter(ctx)
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            result = self._fn(*args, **kwargs)
+        except BaseException as exc:
+            context.leave(token)
+            if storable and not isinstance(exc, GeneratorExit):
+                status = "error" if isinstance(exc, Exception) else "interrupted"
+                self._record_failure(store, call, ctx, exc, status, started, t0)
+            raise
+        context.leave(token)
+        duration = time.perf_counter() - t0
+        if storable:
+            self._store_result(store, call, ctx, result, started, duration)
+        else:
+            ctx.finalize("ok")
+        return result
+
+    def _base_fields(self, call: _Call, ctx: context.EvalContext, started: float) -> dict[str, Any]:
+        distributions = tuple(
+            d.symbol.split(":", 1)[1] for d in call.code.deps.values() if d.kind == "distribution"
+        )
+        return {
+            "function": self.symbol,
+            "key": call.key,
+            "code": code_doc(call.code).id,
+            "code_digest": call.code.digest,
+            "version": self._version,
+            "args": call.args_id,
+            "hparams": ctx.hparams,
+            "args_summary": {name: summarize(value) for name, value in call.arguments},
+            "started": started,
+            "provenance": provenance(self._code_file, distributions),
+            "parents": sorted(call.encoder.parents),
+        }
+
+    def _store_result(
+        self,
+        store: Store,
+        call: _Call,
+        ctx: context.EvalContext,
+        result: Any,
+        started: float,
+        duration: float,
+    ) -> None:
+        try:
+            encoder = Encoder(StoreSink(store.objects))
+            result_id = encoder.encode_value(result)
+            payloads = {**call.encoder.payloads, **encoder.payloads}
+            fields = self._base_fields(call, ctx, started)
+            fields.update(
+                result=result_id,
+                result_summary=summarize(result),
+                status="ok",
+                error=None,
+                duration_s=duration,
+                payloads=dict(sorted(payloads.items())),
+                logs=None,
+            )
+            fields.update(ctx.finalize("ok"))
+            doc = evaluation_doc(fields, ctx.links)
+            store.objects.add_doc(doc)
+            store.objects.sync()
+            store.refs.set(eval_ref_name(self.symbol, call.key), doc.id)
+        except Exception as exc:
+            _warn(
+                f"could not store the result of {self.symbol} ({type(exc).__name__}: {exc}); "
+                "it is returned unstored and the next call will compute it again"
+            )
+            return
+        _remember_stored(result, result_id, doc.id)
+
+    def _record_failure(
+        self,
+        store: Store,
+        call: _Call,
+        ctx: context.EvalContext,
+        exc: BaseException,
+        status: str,
+        started: float,
+        t0: float,
+    ) -> None:
+        try:
+            fields = self._base_fields(call, ctx, started)
+            fields.update(
+                result=None,
+                result_summary=None,
+                status=status,
+                error=error_record(exc),
+                duration_s=time.perf_counter() - t0,
+                payloads=dict(sorted(call.encoder.payloads.items())),
+                logs=None,
+            )
+            fields.update(ctx.finalize(status))
+            doc = evaluation_doc(fields, ctx.links)
+            store.objects.add_doc(doc)
+            store.objects.sync()
+            store.refs.set(failed_ref_name(self.symbol, call.key), doc.id)
+        except Exception as record_exc:
+            _warn(f"could not record the failure of {self.symbol}: {record_exc}")
+
+    def _write_code_doc(self, store: Store, code: Any) -> None:
+        marker = (str(store.root), code.digest)
+        if marker in self._code_docs_written:
+            return
+        store.objects.add_doc(code_doc(code))
+        self._code_docs_written.add(marker)
+
+
+class _Call:
+    """A keyed call: its arguments, code, key and what hashing them produced."""
+
+    __slots__ = ("args_id", "arguments", "code", "encoder", "fn", "key", "sink")
+
+    def __init__(
+        self,
+        fn: MemoizedFunction,
+        arguments: list[tuple[str, Any]],
+        code: Any,
+        sink: HashSink,
+        encoder: Encoder,
+        args_id: str,
+        key: str,
+    ) -> None:
+        self.fn = fn
+        self.arguments = arguments
+        self.code = code
+        self.sink = sink
+        self.encoder = encoder
+        self.args_id = args_id
+        self.key = key
+
+
+def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
+    """Restored objects enter the caches with the digest from the store: no re-hash."""
+    for obj, doc_id in decoder.restored:
+        codec = decoder.codecs.for_type(type(obj))
+        if codec is not None:
+            fingerprint = codec.fingerprint(obj)
+            if fingerprint is not None:
+                digest_cache.put(obj, fingerprint, doc_id)
+        lineage_cache.put(obj, evaluation_id)
+
+
+def _remember_stored(result: Any, result_id: str, evaluation_id: str) -> None:
+    lineage_cache.put(result, evaluation_id)
+    if isinstance(result, (tuple, list)):
+        for item in result:
+            lineage_cache.put(item, evaluation_id)
+    elif isinstance(result, dict):
+        for item in result.values():
+            lineage_cache.put(item, evaluation_id)
+
+
+@overload
+def memo(fn: F) -> F: ...
+
+
+@overload
+def memo(
+    fn: None = None,
+    *,
+    ignore: Iterable[str] = (),
+    version: str | int | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
+) -> Callable[[F], F]: ...
+
+
+def memo(
+    fn: Callable[..., Any] | None = None,
+    *,
+    ignore: Iterable[str] = (),
+    version: str | int | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
+) -> Any:
+    """Memoise a function in the store.
+
+    Use as ``@memo``, ``@memo()`` or ``@memo(ignore=("writer",), version="2")``.
+
+    Args:
+        fn: the function (when used without parentheses).
+        ignore: parameter names left out of the call key (loggers, devices, ...).
+        version: an explicit salt; change it to invalidate every stored result.
+        store: a :class:`Store` or path; default :meth:`Store.default` at call time.
+
+    Returns:
+        A callable with the function's name and docstring, ``__wrapped__``,
+        ``.key(*args, **kwargs)`` and ``.lookup(*args, **kwargs)``.
+    """
+    if isinstance(ignore, str):
+        ignore = (ignore,)
+    version_text = None if version is None else str(version)
+
+    def wrap(f: Callable[..., Any]) -> Any:
+        return MemoizedFunction(f, ignore=ignore, version=version_text, store=store)
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

@@ -1,0 +1,364 @@
+"""Object databases: where object bytes live, keyed by their BLAKE3 id.
+
+All files in an object database are written once and never modified
+afterwards: a new object goes to a temp file in the store, is fsynced and then
+renamed into place, so a reader sees either no object or all of it. Every read
+of a whole object re-checks its digest; a mismatch moves the damaged file into
+``quarantine/`` (so the next write of that id can repair it) and raises
+:class:`CorruptObject`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .errors import CorruptObject, ObjectNotFound
+from .objects import Doc, digest_bytes, is_object_id, new_hasher
+
+Buffer = bytes | bytearray | memoryview
+
+# Documents up to this size are kept in a per-process cache after a read. They
+# are immutable by construction (an id names one content forever), so the cache
+# can never serve a stale answer.
+_DOC_CACHE_MAX_BYTES = 256 << 10
+_DOC_CACHE_ENTRIES = 4096
+_WRITE_CHUNK = 64 << 20
+
+
+def _check_id(object_id: str) -> None:
+    if not is_object_id(object_id):
+        raise ValueError(f"not an object id: {object_id!r}")
+
+
+class BaseObjectStore(ABC):
+    """The contract every object database keeps.
+
+    Implementations provide the raw primitives; digest checking and the document
+    cache live here so that every backend behaves the same.
+    """
+
+    def __init__(self) -> None:
+        self._doc_cache: OrderedDict[str, Doc] = OrderedDict()
+        self._doc_cache_lock = threading.Lock()
+
+    # -- primitives -----------------------------------------------------------------
+    @abstractmethod
+    def contains(self, object_id: str) -> bool:
+        """True if an object with this id is present (its bytes are not checked)."""
+
+    @abstractmethod
+    def _read_raw(self, object_id: str) -> bytes:
+        """The stored bytes, unchecked; ObjectNotFound if absent."""
+
+    @abstractmethod
+    def _write_new(self, object_id: str, chunks: Iterable[Buffer], size: int) -> str:
+        """Store *chunks* under their digest unless present; return the digest.
+
+        *object_id* is the expected id or "" when unknown. Implementations hash
+        while they write and must not leave a partial object behind on failure.
+        """
+
+    @abstractmethod
+    def iter_ids(self) -> Iterator[str]:
+        """Every object id present, in no particular order."""
+
+    @abstractmethod
+    def delete(self, object_id: str) -> None:
+        """Remove an object if present (used by gc only)."""
+
+    @abstractmethod
+    def size_of(self, object_id: str) -> int:
+        """Stored size in bytes; ObjectNotFound if absent."""
+
+    @abstractmethod
+    def quarantine(self, object_id: str) -> None:
+        """Move a damaged object out of the way so that a rewrite can repair it."""
+
+    def sync(self) -> None:  # noqa: B027 - optional hook, nothing to do in memory
+        """Make every object written so far durable (a no-op in memory)."""
+
+    # -- checked operations ------------------------------------------------------------
+    def add_bytes(self, data: Buffer) -> str:
+        """Store *data* if new and return its id (written once, atomically)."""
+        return self._write_new("", (data,), len(data))
+
+    def add_chunks(self, chunks: Iterable[Buffer], size: int, expected_id: str = "") -> str:
+        """Store the concatenation of *chunks*, streamed, and return its id.
+
+        With *expected_id* known and already present, nothing is read or written.
+        If the bytes do not hash to *expected_id* the object is not stored and
+        :class:`CorruptObject` is raised.
+        """
+        if expected_id and self.contains(expected_id):
+            return expected_id
+        return self._write_new(expected_id, chunks, size)
+
+    def add_doc(self, doc: Doc) -> str:
+        """Store a document if new; return its id."""
+        object_id = doc.id
+        if object_id in self._doc_cache or self.contains(object_id):
+            return object_id
+        self._write_new(object_id, (doc.data,), len(doc.data))
+        return object_id
+
+    def get_bytes(self, object_id: str) -> bytes:
+        """The object's bytes, re-checked against its id."""
+        _check_id(object_id)
+        data = self._read_raw(object_id)
+        actual = digest_bytes(data)
+        if actual != object_id:
+            self.quarantine(object_id)
+            raise CorruptObject(object_id, actual, self._describe(object_id))
+        return data
+
+    def get_bytearray(self, object_id: str) -> bytearray:
+        """The object's bytes in a fresh, writable buffer, re-checked against its id."""
+        _check_id(object_id)
+        data = self._read_raw_into_bytearray(object_id)
+        actual = digest_bytes(data)
+        if actual != object_id:
+            self.quarantine(object_id)
+            raise CorruptObject(object_id, actual, self._describe(object_id))
+        return data
+
+    def _read_raw_into_bytearray(self, object_id: str) -> bytearray:
+        return bytearray(self._read_raw(object_id))
+
+    def get_doc(self, object_id: str) -> Doc:
+        """A parsed document, from the per-process cache when possible."""
+        doc = self._doc_cache.get(object_id)
+        if doc is not None:
+            return doc
+        data = self.get_bytes(object_id)
+        doc = Doc.parse(data, object_id)
+        if len(data) <= _DOC_CACHE_MAX_BYTES:
+            with self._doc_cache_lock:
+                self._doc_cache[object_id] = doc
+                if len(self._doc_cache) > _DOC_CACHE_ENTRIES:
+                    self._doc_cache.popitem(last=False)
+        return doc
+
+    def verify(self, object_id: str) -> str | None:
+        """Check one object in full; return None if sound, else a reason."""
+        try:
+            data = self._read_raw(object_id)
+        except ObjectNotFound:
+            return "missing"
+        actual = digest_bytes(data)
+        if actual != object_id:
+            return f"digest mismatch: bytes hash to {actual}"
+        return None
+
+    def blob_path(self, object_id: str) -> Path | None:
+        """A file holding the object, for memory mapping; None when not on disk."""
+        return None
+
+    def _describe(self, object_id: str) -> str | None:
+        path = self.blob_path(object_id)
+        return str(path) if path else None
+
+    def forget_cached(self, object_id: str) -> None:
+        with self._doc_cache_lock:
+            self._doc_cache.pop(object_id, None)
+
+
+class MemoryObjectStore(BaseObjectStore):
+    """The in-memory twin of :class:`DiskObjectStore`, for tests and scratch work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._objects: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self.quarantined: dict[str, bytes] = {}
+
+    def contains(self, object_id: str) -> bool:
+        return object_id in self._objects
+
+    def _read_raw(self, object_id: str) -> bytes:
+        try:
+            return self._objects[object_id]
+        except KeyError:
+            raise ObjectNotFound(object_id) from None
+
+    def _write_new(self, object_id: str, chunks: Iterable[Buffer], size: int) -> str:
+        data = b"".join(bytes(c) for c in chunks)
+        actual = digest_bytes(data)
+        if object_id and actual != object_id:
+            raise CorruptObject(object_id, actual)
+        with self._lock:
+            self._objects.setdefault(actual, data)
+        return actual
+
+    def iter_ids(self) -> Iterator[str]:
+        return iter(list(self._objects))
+
+    def delete(self, object_id: str) -> None:
+        with self._lock:
+            self._objects.pop(object_id, None)
+        self.forget_cached(object_id)
+
+    def size_of(self, object_id: str) -> int:
+        return len(self._read_raw(object_id))
+
+    def quarantine(self, object_id: str) -> None:
+        with self._lock:
+            data = self._objects.pop(object_id, None)
+        if data is not None:
+            self.quarantined[object_id] = data
+        self.forget_cached(object_id)
+
+    def tamper(self, object_id: str, data: bytes) -> None:
+        """Replace an object's bytes without checking (tests of corruption only)."""
+        self._objects[object_id] = data
+
+
+class DiskObjectStore(BaseObjectStore):
+    """Loose objects in a two-level fan-out: ``objects/ab/cdef...``.
+
+    Files are made read-only once in place. Temp files live in ``tmp/`` on the
+    same file system so the final rename is atomic; a crash leaves at most a
+    temp file, which gc removes once it is old.
+    """
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = Path(root)
+        self.objects_dir = self.root / "objects"
+        self.tmp_dir = self.root / "tmp"
+        self.quarantine_dir = self.root / "quarantine"
+        self._dirty_dirs: set[Path] = set()
+        self._dirty_lock = threading.Lock()
+
+    def path_of(self, object_id: str) -> Path:
+        return self.objects_dir / object_id[:2] / object_id[2:]
+
+    def contains(self, object_id: str) -> bool:
+        return os.path.exists(self.path_of(object_id))
+
+    def blob_path(self, object_id: str) -> Path | None:
+        path = self.path_of(object_id)
+        return path if path.exists() else None
+
+    def _read_raw(self, object_id: str) -> bytes:
+        try:
+            with open(self.path_of(object_id), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise ObjectNotFound(object_id) from None
+
+    def _read_raw_into_bytearray(self, object_id: str) -> bytearray:
+        try:
+            with open(self.path_of(object_id), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                buf = bytearray(size)
+                view = memoryview(buf)
+                got = 0
+                while got < size:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        break
+                    got += n
+                return buf if got == size else buf[:got]
+        except FileNotFoundError:
+            raise ObjectNotFound(object_id) from None
+
+    def size_of(self, object_id: str) -> int:
+        try:
+            return os.stat(self.path_of(object_id)).st_size
+        except FileNotFoundError:
+            raise ObjectNotFound(object_id) from None
+
+    def _write_new(self, object_id: str, chunks: Iterable[Buffer], size: int) -> str:
+        if object_id and self.contains(object_id):
+            return object_id
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmp_dir / f"obj-{os.getpid()}-{uuid.uuid4().hex}"
+        hasher = new_hasher(size)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                for chunk in chunks:
+                    view = memoryview(chunk).cast("B")
+                    for start in range(0, len(view), _WRITE_CHUNK):
+                        part = view[start : start + _WRITE_CHUNK]
+                        hasher.update(part)
+                        _write_all(fd, part)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            actual = hasher.hexdigest()
+            if object_id and actual != object_id:
+                raise CorruptObject(object_id, actual, "bytes given to the store")
+            final = self.path_of(actual)
+            if final.exists():
+                tmp.unlink()
+                return actual
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(tmp, 0o444)
+            # Another writer may rename the same id concurrently: both files hold the
+            # same bytes, so whichever rename lands last is equally correct.
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        with self._dirty_lock:
+            self._dirty_dirs.add(final.parent)
+        return actual
+
+    def sync(self) -> None:
+        """fsync the directories that received new objects since the last sync."""
+        with self._dirty_lock:
+            dirs, self._dirty_dirs = self._dirty_dirs, set()
+        for d in dirs:
+            _fsync_dir(d)
+
+    def iter_ids(self) -> Iterator[str]:
+        if not self.objects_dir.is_dir():
+            return
+        for fan in sorted(os.listdir(self.objects_dir)):
+            if len(fan) != 2:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                for rest in os.listdir(self.objects_dir / fan):
+                    object_id = fan + rest
+                    if is_object_id(object_id):
+                        yield object_id
+
+    def delete(self, object_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path_of(object_id).unlink()
+        self.forget_cached(object_id)
+
+    def quarantine(self, object_id: str) -> None:
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        target = self.quarantine_dir / f"{object_id}.{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.path_of(object_id), target)
+        self.forget_cached(object_id)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,175 @@
+"""Objects: values that compute their own id and serialise themselves.
+
+Two shapes of object live in the object database (``docs/format.md`` is the
+specification):
+
+* a **blob** is raw bytes, stored as they are so that a tensor's blob (a
+  safetensors file) can be memory-mapped;
+* a **document** is one header line ``memostore:<kind>:<version>\\n`` followed
+  by canonical JSON. Its ``links`` member lists every object it refers to, so
+  reachability (gc, push, pull, fsck) never needs to understand a kind.
+
+An object's id is the BLAKE3 digest (hex) of its exact bytes, whatever its kind.
+Nothing in this module performs I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+FORMAT_VERSION = 1
+ID_HEX_LENGTH = 64
+DOC_PREFIX = b"memostore:"
+
+# Document kinds; a blob has no kind line.
+KIND_VALUE = "value"
+KIND_TREE = "tree"
+KIND_CODE = "code"
+KIND_EVALUATION = "evaluation"
+KIND_LOGS = "logs"
+DOC_KINDS = frozenset({KIND_VALUE, KIND_TREE, KIND_CODE, KIND_EVALUATION, KIND_LOGS})
+
+# Above this size hashing runs on all cores; below it the thread start-up costs more.
+_PARALLEL_HASH_THRESHOLD = 8 << 20
+
+
+def digest_bytes(data: bytes | bytearray | memoryview) -> str:
+    """The BLAKE3 hex digest of *data* (an object id when *data* is an object's bytes)."""
+    if len(data) >= _PARALLEL_HASH_THRESHOLD:
+        return blake3.blake3(data, max_threads=blake3.blake3.AUTO).hexdigest()
+    return blake3.blake3(data).hexdigest()
+
+
+def new_hasher(expected_size: int = 0) -> blake3.blake3:
+    """A streaming BLAKE3 hasher, multi-threaded when the input will be large."""
+    if expected_size >= _PARALLEL_HASH_THRESHOLD:
+        return blake3.blake3(max_threads=blake3.blake3.AUTO)
+    return blake3.blake3()
+
+
+def is_object_id(text: str) -> bool:
+    """True when *text* is a well-formed object id (64 lowercase hex digits)."""
+    if len(text) != ID_HEX_LENGTH:
+        return False
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return text == text.lower()
+
+
+def _reject_non_finite(obj: Any) -> Any:
+    raise ValueError(f"cannot encode {obj!r} in canonical JSON")
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no whitespace, UTF-8, finite floats only.
+
+    Python's ``float.__repr__`` is the shortest round-tripping form and the same
+    on every platform, so equal values always give equal bytes.
+    """
+    return json.dumps(
+        obj,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_reject_non_finite,
+    ).encode("utf-8")
+
+
+def check_finite(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value))
+
+
+@dataclass
+class Links:
+    """The set of objects a document refers to, split by shape."""
+
+    docs: set[str] = field(default_factory=set)
+    blobs: set[str] = field(default_factory=set)
+
+    def update(self, other: Links) -> None:
+        self.docs |= other.docs
+        self.blobs |= other.blobs
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {"blob": sorted(self.blobs), "doc": sorted(self.docs)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Iterable[str]] | None) -> Links:
+        if not data:
+            return cls()
+        return cls(docs=set(data.get("doc", ())), blobs=set(data.get("blob", ())))
+
+
+class Doc:
+    """A structured object: a kind, a JSON body and the links it holds.
+
+    The id is computed from the encoding, once, on first use.
+    """
+
+    __slots__ = ("_data", "_id", "body", "kind", "links")
+
+    def __init__(self, kind: str, body: dict[str, Any], links: Links | None = None) -> None:
+        if kind not in DOC_KINDS:
+            raise ValueError(f"unknown document kind {kind!r}")
+        if "links" in body:
+            raise ValueError("'links' is reserved in a document body")
+        self.kind = kind
+        self.body = body
+        self.links = links if links is not None else Links()
+        self._data: bytes | None = None
+        self._id: str | None = None
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            payload = dict(self.body)
+            payload["links"] = self.links.to_json()
+            header = DOC_PREFIX + f"{self.kind}:{FORMAT_VERSION}\n".encode("ascii")
+            self._data = header + canonical_json(payload)
+        return self._data
+
+    @property
+    def id(self) -> str:
+        if self._id is None:
+            self._id = digest_bytes(self.data)
+        return self._id
+
+    @classmethod
+    def parse(cls, data: bytes, object_id: str | None = None) -> Doc:
+        """Parse a document's bytes (already verified against its id by the store)."""
+        from .errors import MalformedObject
+
+        newline = data.find(b"\n")
+        if not data.startswith(DOC_PREFIX) or newline < 0:
+            raise MalformedObject(f"object {object_id or '?'} is not a memostore document")
+        try:
+            _, kind, version = data[:newline].decode("ascii").split(":")
+            if int(version) > FORMAT_VERSION:
+                raise MalformedObject(
+                    f"object {object_id} uses format version {version}; "
+                    "upgrade memostore to read it"
+                )
+            payload = json.loads(data[newline + 1 :])
+            links = Links.from_json(payload.pop("links", None))
+        except (ValueError, UnicodeDecodeError) as exc:
+            if isinstance(exc, MalformedObject):
+                raise
+            raise MalformedObject(f"object {object_id or '?'} is malformed: {exc}") from exc
+        doc = cls(kind, payload, links)
+        doc._data = bytes(data)
+        doc._id = object_id
+        return doc
+
+
+def is_doc_bytes(data: bytes) -> bool:
+    """True when *data* begins like a document (blobs are told apart by the link lists)."""
+    return data.startswith(DOC_PREFIX)

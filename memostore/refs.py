@@ -1,0 +1,254 @@
+"""Refs: small named pointers to objects, updated by compare-and-swap.
+
+A ref file holds one object id and a newline. Ref names are ``/``-separated
+paths whose parts are made of ``[A-Za-z0-9._-]`` (see :func:`ref_part` to
+escape anything else, such as a function's qualified name). This module never
+touches the object database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import RefError
+from .lockfile import LockFile
+from .objects import is_object_id
+
+_PART_RE = re.compile(r"^[A-Za-z0-9._%-]+$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def ref_part(text: str) -> str:
+    """Escape *text* into one ref-name component (percent-encoding, reversible)."""
+    escaped = _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), text)
+    if escaped in {".", ".."} or escaped.endswith(".lock"):
+        escaped = escaped.replace(".", "%2E")
+    return escaped
+
+
+def unescape_ref_part(part: str) -> str:
+    """Undo :func:`ref_part`."""
+    out = bytearray()
+    i = 0
+    while i < len(part):
+        if part[i] == "%" and i + 2 < len(part) + 1:
+            out.append(int(part[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.extend(part[i].encode())
+            i += 1
+    return out.decode("utf-8", errors="replace")
+
+
+def check_ref_name(name: str) -> None:
+    """Refuse names that could escape the refs directory or collide with lock files."""
+    parts = name.split("/")
+    if (
+        not name
+        or name.startswith("/")
+        or any(
+            not p or p in {".", ".."} or not _PART_RE.match(p) or p.endswith(".lock") for p in parts
+        )
+    ):
+        raise RefError(f"invalid ref name {name!r}")
+
+
+def _parse_ref_content(name: str, data: bytes) -> str:
+    text = data.decode("ascii", errors="replace").strip()
+    if not is_object_id(text):
+        raise RefError(f"ref {name} is damaged (holds {text[:80]!r}); run `memostore fsck`")
+    return text
+
+
+class BaseRefContainer(ABC):
+    """The contract every ref container keeps."""
+
+    @abstractmethod
+    def read(self, name: str) -> str | None:
+        """The id a ref points to, or None when it does not exist."""
+
+    @abstractmethod
+    def set_if_equals(self, name: str, old: str | None, new: str) -> bool:
+        """Point *name* at *new* only if it currently points at *old* (None: absent).
+
+        Returns False, changing nothing, when the current value differs.
+        """
+
+    @abstractmethod
+    def set(self, name: str, new: str) -> str | None:
+        """Point *name* at *new* whatever it held; return the previous value."""
+
+    @abstractmethod
+    def delete_if_equals(self, name: str, old: str | None) -> bool:
+        """Delete *name* if it points at *old* (None: whatever it holds)."""
+
+    @abstractmethod
+    def iter(self, prefix: str = "") -> Iterator[tuple[str, str]]:
+        """(name, id) for every ref whose name starts with *prefix*."""
+
+    def names(self, prefix: str = "") -> list[str]:
+        return sorted(name for name, _ in self.iter(prefix))
+
+
+class MemoryRefContainer(BaseRefContainer):
+    """The in-memory twin of :class:`DiskRefContainer`."""
+
+    def __init__(self) -> None:
+        self._refs: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def read(self, name: str) -> str | None:
+        check_ref_name(name)
+        return self._refs.get(name)
+
+    def set_if_equals(self, name: str, old: str | None, new: str) -> bool:
+        check_ref_name(name)
+        if not is_object_id(new):
+            raise RefError(f"not an object id: {new!r}")
+        with self._lock:
+            if self._refs.get(name) != old:
+                return False
+            self._refs[name] = new
+            return True
+
+    def set(self, name: str, new: str) -> str | None:
+        check_ref_name(name)
+        if not is_object_id(new):
+            raise RefError(f"not an object id: {new!r}")
+        with self._lock:
+            previous = self._refs.get(name)
+            self._refs[name] = new
+            return previous
+
+    def delete_if_equals(self, name: str, old: str | None) -> bool:
+        check_ref_name(name)
+        with self._lock:
+            if name not in self._refs or (old is not None and self._refs[name] != old):
+                return False
+            del self._refs[name]
+            return True
+
+    def iter(self, prefix: str = "") -> Iterator[tuple[str, str]]:
+        with self._lock:
+            items = list(self._refs.items())
+        for name, value in items:
+            if name.startswith(prefix):
+                yield name, value
+
+
+class DiskRefContainer(BaseRefContainer):
+    """One file per ref under ``refs/``; updates go through a lock file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.refs_dir = self.root / "refs"
+
+    def path_of(self, name: str) -> Path:
+        check_ref_name(name)
+        return self.refs_dir / name
+
+    def read(self, name: str) -> str | None:
+        path = self.path_of(name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return _parse_ref_content(name, data)
+
+    def _read_for_update(self, name: str) -> str | None:
+        try:
+            return self.read(name)
+        except RefError:
+            return None  # a damaged ref may always be overwritten
+
+    def set_if_equals(self, name: str, old: str | None, new: str) -> bool:
+        if not is_object_id(new):
+            raise RefError(f"not an object id: {new!r}")
+        path = self.path_of(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = LockFile(path)
+        lock.acquire()
+        try:
+            # Read again while holding the lock: the value seen before may be gone.
+            if self._read_for_update(name) != old:
+                lock.release()
+                return False
+            lock.commit(new.encode("ascii") + b"\n")
+        except BaseException:
+            lock.release()
+            raise
+        return True
+
+    def set(self, name: str, new: str) -> str | None:
+        if not is_object_id(new):
+            raise RefError(f"not an object id: {new!r}")
+        path = self.path_of(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = LockFile(path)
+        lock.acquire()
+        try:
+            previous = self._read_for_update(name)
+            lock.commit(new.encode("ascii") + b"\n")
+        except BaseException:
+            lock.release()
+            raise
+        return previous
+
+    def delete_if_equals(self, name: str, old: str | None) -> bool:
+        path = self.path_of(name)
+        if not path.exists():
+            return False
+        with LockFile(path):
+            current = self._read_for_update(name)
+            if current is None and not path.exists():
+                return False
+            if old is not None and current != old:
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        return True
+
+    def iter(self, prefix: str = "") -> Iterator[tuple[str, str]]:
+        # Walk only the directory the prefix names, so listing one function's
+        # evaluations does not scan the whole store.
+        base_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        base = self.refs_dir / base_rel if base_rel else self.refs_dir
+        if not base.is_dir():
+            return
+        for dirpath, _dirnames, filenames in os.walk(base):
+            rel_dir = os.path.relpath(dirpath, self.refs_dir)
+            for filename in filenames:
+                if filename.endswith(".lock") or ".lock.stale-" in filename:
+                    continue
+                name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
+                name = name.replace(os.sep, "/")
+                if not name.startswith(prefix):
+                    continue
+                try:
+                    value = self.read(name)
+                except RefError:
+                    continue
+                if value is not None:
+                    yield name, value
+
+    def iter_damaged(self) -> Iterator[tuple[str, str]]:
+        """(name, reason) for each ref file that cannot be read (for fsck)."""
+        if not self.refs_dir.is_dir():
+            return
+        for dirpath, _dirnames, filenames in os.walk(self.refs_dir):
+            rel_dir = os.path.relpath(dirpath, self.refs_dir)
+            for filename in filenames:
+                if filename.endswith(".lock") or ".lock.stale-" in filename:
+                    continue
+                name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
+                try:
+                    self.read(name.replace(os.sep, "/"))
+                except RefError as exc:
+                    yield name, str(exc)

@@ -1,0 +1,181 @@
+"""A store: an object database and its refs, in one directory (or in memory).
+
+Layout of a store directory (``docs/format.md``)::
+
+    .memostore/
+      FORMAT            "memostore 1"
+      config.json       remotes and settings (never credentials)
+      objects/ab/cd...  write-once objects, read-only files
+      refs/evals/<function>/<call key>   -> evaluation id
+      refs/failed/<function>/<call key>  -> newest failed evaluation
+      refs/runs/<script>/<evaluation id> -> standalone runs
+      tmp/              temp files of writes in progress
+      journal/          metric journals of evaluations in progress
+      quarantine/       objects that failed their digest check
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import MemostoreError, RevisionNotFound, StoreNotFound
+from .object_store import BaseObjectStore, DiskObjectStore, MemoryObjectStore
+from .objects import KIND_EVALUATION, Doc
+from .refs import BaseRefContainer, DiskRefContainer, MemoryRefContainer
+
+ENV_STORE_DIR = "MEMOSTORE_DIR"
+STORE_DIRNAME = ".memostore"
+FORMAT_LINE = "memostore 1\n"
+
+# Ref namespaces that point at evaluations.
+EVALUATION_NAMESPACES = ("evals/", "failed/", "runs/")
+
+
+class Store:
+    """An object database plus refs. ``Store(path)`` opens, creating if needed."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+        self.root: Path | None
+        if path is None:
+            self.root = None
+            self.objects: BaseObjectStore = MemoryObjectStore()
+            self.refs: BaseRefContainer = MemoryRefContainer()
+            self._config: dict[str, Any] = {}
+            return
+        root = Path(path).expanduser().absolute()
+        if not (root / "FORMAT").exists():
+            if not create:
+                raise StoreNotFound(
+                    f"no memostore store at {root}; create one by running a memoised "
+                    "function there, or pass --store PATH"
+                )
+            _initialise(root)
+        self.root = root
+        self.objects = DiskObjectStore(root)
+        self.refs = DiskRefContainer(root)
+        self._config = {}
+
+    @classmethod
+    def in_memory(cls) -> Store:
+        """A store that lives in this process only (tests, scratch)."""
+        return cls(None)
+
+    @classmethod
+    def default(cls, *, create: bool = True) -> Store:
+        """The active store: ``$MEMOSTORE_DIR``, else the nearest ``.memostore/``
+        upward from the working directory, else ``.memostore/`` created at the
+        git root (or the working directory when there is none)."""
+        return cls(default_store_path(create=create), create=create)
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root) if self.root else '<memory>'!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Store):
+            return NotImplemented
+        if self.root is None or other.root is None:
+            return self is other
+        return self.root == other.root
+
+    def __hash__(self) -> int:
+        return hash(self.root) if self.root is not None else id(self)
+
+    # -- paths --------------------------------------------------------------------------
+    def subdir(self, name: str) -> Path:
+        """A working directory inside the store (journal/, tmp/); memory stores have none."""
+        if self.root is None:
+            raise MemostoreError("an in-memory store has no directory")
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # -- configuration ------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path | None:
+        return self.root / "config.json" if self.root else None
+
+    def read_config(self) -> dict[str, Any]:
+        path = self.config_path
+        if path is None:
+            return self._config
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise MemostoreError(f"{path} is not valid JSON ({exc}); fix or remove it") from exc
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        path = self.config_path
+        if path is None:
+            self._config = config
+            return
+        tmp = path.with_name(f"config.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+
+    # -- evaluations ----------------------------------------------------------------------------
+    def evaluation(self, evaluation_id: str) -> Doc:
+        """The evaluation document with this id."""
+        doc = self.objects.get_doc(evaluation_id)
+        if doc.kind != KIND_EVALUATION:
+            raise RevisionNotFound(f"{evaluation_id} is a {doc.kind}, not an evaluation")
+        return doc
+
+    def iter_evaluation_refs(self) -> Iterator[tuple[str, str]]:
+        """(ref name, evaluation id) for every ref that names an evaluation."""
+        for namespace in EVALUATION_NAMESPACES:
+            yield from self.refs.iter(namespace)
+
+
+def _initialise(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in ("objects", "refs", "tmp"):
+        (root / sub).mkdir(exist_ok=True)
+    fmt = root / "FORMAT"
+    tmp = root / f"FORMAT.{os.getpid()}.tmp"
+    tmp.write_text(FORMAT_LINE)
+    # Several processes may create the same store at once: each writes the same
+    # content, and the rename makes the file appear whole.
+    os.replace(tmp, fmt)
+
+
+_default_cache: dict[tuple[str | None, str], Path] = {}
+_default_lock = threading.Lock()
+
+
+def default_store_path(*, create: bool = True) -> Path:
+    """Where :meth:`Store.default` opens (see there); cached per cwd and env."""
+    env = os.environ.get(ENV_STORE_DIR) or None
+    cwd = os.getcwd()
+    key = (env, cwd)
+    cached = _default_cache.get(key)
+    if cached is not None and (cached / "FORMAT").exists():
+        return cached
+    if env:
+        path = Path(env).expanduser().absolute()
+    else:
+        path = _find_upward(Path(cwd)) or _new_store_location(Path(cwd))
+    with _default_lock:
+        _default_cache[key] = path
+    return path
+
+
+def _find_upward(start: Path) -> Path | None:
+    for directory in (start, *start.parents):
+        candidate = directory / STORE_DIRNAME
+        if (candidate / "FORMAT").is_file():
+            return candidate
+    return None
+
+
+def _new_store_location(cwd: Path) -> Path:
+    for directory in (cwd, *cwd.parents):
+        if (directory / ".git").exists():
+            return directory / STORE_DIRNAME
+    return cwd / STORE_DIRNAME
