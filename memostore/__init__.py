@@ -12,7 +12,8 @@ from .codecs import Codec, register_codec
 from .errors import MemostoreError, MemostoreWarning
 from .evaluation import Evaluation
 from .hashcache import forget as forget_digest
-from .memo import memo
+from .memoize import memo
+from .snapshot import Snapshot, snapshot
 from .store import Store
 
 __version__ = "0.1.0"
@@ -22,11 +23,13 @@ __all__ = [
     "Evaluation",
     "MemostoreError",
     "MemostoreWarning",
+    "Snapshot",
     "Store",
     "__version__",
     "forget_digest",
     "memo",
     "register_codec",
+    "snapshot",
 ]
 
 del _numpy_codec

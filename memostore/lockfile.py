@@ -120,6 +120,9 @@ class LockFile:
             holder = json.loads(first)
         except ValueError:
             holder = None
+        if not isinstance(holder, dict):
+            # The holder may already be writing the new ref content into the lock.
+            holder = None
         return holder, st.st_mtime
 
     def _holder_text(self) -> str:
@@ -160,6 +163,7 @@ class LockFile:
     def _read_aside(path: Path) -> tuple[dict | None, None]:
         try:
             with open(path, "rb") as f:
-                return json.loads(f.readline()), None
+                holder = json.loads(f.readline())
         except (OSError, ValueError):
             return None, None
+        return (holder if isinstance(holder, dict) else None), None

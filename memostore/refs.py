@@ -27,7 +27,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 def ref_part(text: str) -> str:
     """Escape *text* into one ref-name component (percent-encoding, reversible)."""
     escaped = _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), text)
-    if escaped in {".", ".."} or escaped.endswith(".lock"):
+    # A leading dot (hidden/temp files on remotes) and a ".lock" suffix are reserved.
+    if escaped.startswith(".") or escaped.endswith(".lock") or ".lock." in escaped:
         escaped = escaped.replace(".", "%2E")
     return escaped
 

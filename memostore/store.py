@@ -11,19 +11,24 @@ Layout of a store directory (``docs/format.md``)::
       refs/runs/<script>/<evaluation id> -> standalone runs
       tmp/              temp files of writes in progress
       journal/          metric journals of evaluations in progress
+      pending/          roots of evaluations in progress (kept by gc)
+      checkouts/        files of restored snapshots
       quarantine/       objects that failed their digest check
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import MemostoreError, RevisionNotFound, StoreNotFound
+from .lockfile import HOST, pid_alive
 from .object_store import BaseObjectStore, DiskObjectStore, MemoryObjectStore
 from .objects import KIND_EVALUATION, Doc
 from .refs import BaseRefContainer, DiskRefContainer, MemoryRefContainer
@@ -126,6 +131,47 @@ class Store:
         if doc.kind != KIND_EVALUATION:
             raise RevisionNotFound(f"{evaluation_id} is a {doc.kind}, not an evaluation")
         return doc
+
+    # -- evaluations in progress ------------------------------------------------------------
+    # An evaluation stores its arguments before its body runs and publishes its
+    # record only at the end, maybe hours later. Until then nothing reachable
+    # from refs names those objects, so a marker file lists them as roots that
+    # gc must keep: it holds the writer's pid and host so a crashed writer's
+    # marker can be recognised as stale.
+    def mark_pending(self, run_id: str, roots: list[str]) -> None:
+        if self.root is None:
+            return
+        path = self.subdir("pending") / f"{run_id}.json"
+        info = {"pid": os.getpid(), "host": HOST, "started": time.time(), "roots": roots}
+        path.write_text(json.dumps(info))
+
+    def clear_pending(self, run_id: str) -> None:
+        if self.root is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / "pending" / f"{run_id}.json").unlink()
+
+    def pending_roots(self, stale_after: float = 7 * 24 * 3600) -> set[str]:
+        """Object ids that evaluations still running (or recently crashed) rely on.
+
+        A marker is dropped once its writer is known dead (same host, pid gone)
+        or it is older than *stale_after* seconds.
+        """
+        roots: set[str] = set()
+        if self.root is None or not (self.root / "pending").is_dir():
+            return roots
+        for path in (self.root / "pending").glob("*.json"):
+            try:
+                info = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            dead = info.get("host") == HOST and not pid_alive(int(info.get("pid", -1)))
+            if dead or time.time() - float(info.get("started", 0)) > stale_after:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+            roots.update(info.get("roots", ()))
+        return roots
 
     def iter_evaluation_refs(self) -> Iterator[tuple[str, str]]:
         """(ref name, evaluation id) for every ref that names an evaluation."""

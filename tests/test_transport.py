@@ -1,7 +1,8 @@
 """The transport contract suite, run against every transport, plus per-backend checks.
 
 ``TestTransportContract`` is the contract: every transport (memory, directory,
-S3 on a local ``moto_server``) must pass it unchanged.
+S3 on a local ``moto_server``) must pass it unchanged. The ``s3_server`` and
+``s3_bucket`` fixtures come from ``conftest_s3.py`` through ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest_s3 import s3_bucket, s3_server  # noqa: F401  (fixtures)
 from s3server import free_port
 
 from memostore.errors import MemostoreError
@@ -151,6 +151,18 @@ class TestTransportContract:
         assert transport.add_if_new("objects/bb/big", src) is False
         assert transport.get_bytes("objects/bb/big") == data
 
+    def test_a_missing_local_file_is_the_callers_error(
+        self, transport: Transport, tmp_path: Path
+    ) -> None:
+        for call in (
+            lambda: transport.put_file("a", tmp_path / "missing"),
+            lambda: transport.add_if_new("a", tmp_path / "missing"),
+        ):
+            with pytest.raises(FileNotFoundError) as info:
+                call()
+            assert not isinstance(info.value, RemoteError)
+        assert transport.stat("a") is None
+
     def test_add_if_new(self, transport: Transport, tmp_path: Path) -> None:
         assert transport.add_if_new("objects/ab/cdef", b"first") is True
         assert transport.add_if_new("objects/ab/cdef", b"second") is False
@@ -226,7 +238,10 @@ class TestTransportContract:
         current: bytes | None = None
         for round_ in range(8):
             results = _run_together(
-                6, lambda i, old=current, r=round_: transport.set_if_equals(ref, old, b"%d-%d" % (r, i))
+                6,
+                lambda i, old=current, r=round_: transport.set_if_equals(
+                    ref, old, b"%d-%d" % (r, i)
+                ),
             )
             assert results.count(True) == 1, results
             current = b"%d-%d" % (round_, results.index(True))
@@ -376,7 +391,10 @@ _CAS_WORKER = textwrap.dedent(
 def test_directory_cas_from_several_processes_loses_no_update(tmp_path: Path) -> None:
     root = tmp_path / "remote"
     procs, each = 4, 100
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     running = [
         subprocess.Popen([sys.executable, "-c", _CAS_WORKER, str(root), str(each)], env=env)
         for _ in range(procs)
@@ -456,8 +474,14 @@ def test_s3_unreachable_endpoint_fails_fast() -> None:
     from memostore.transport import S3Transport
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    t = S3Transport("bucket", "p", endpoint_url=endpoint, aws_access_key_id="x",
-                    aws_secret_access_key="y", region_name="us-east-1")
+    t = S3Transport(
+        "bucket",
+        "p",
+        endpoint_url=endpoint,
+        aws_access_key_id="x",
+        aws_secret_access_key="y",
+        region_name="us-east-1",
+    )
     for call in (
         lambda: t.get_bytes("a"),
         lambda: t.put_bytes("a", b"x"),
@@ -482,7 +506,7 @@ def test_s3_without_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.s3
-def test_s3_endpoint_comes_from_the_environment(s3_bucket: str, s3_server: str) -> None:  # noqa: F811
+def test_s3_endpoint_comes_from_the_environment(s3_bucket: str, s3_server: str) -> None:
     t = open_transport(s3_bucket)  # the fixture set AWS_ENDPOINT_URL
     assert t.endpoint_url == s3_server  # type: ignore[attr-defined]
     assert t.url == s3_bucket
@@ -491,7 +515,7 @@ def test_s3_endpoint_comes_from_the_environment(s3_bucket: str, s3_server: str) 
 
 
 @pytest.mark.s3
-def test_s3_prefixes_are_separate(s3_bucket: str) -> None:  # noqa: F811
+def test_s3_prefixes_are_separate(s3_bucket: str) -> None:
     bucket = s3_bucket.split("/")[2]
     one, two = open_transport(f"s3://{bucket}/one"), open_transport(f"s3://{bucket}/two")
     whole = open_transport(f"s3://{bucket}")
@@ -502,7 +526,7 @@ def test_s3_prefixes_are_separate(s3_bucket: str) -> None:  # noqa: F811
 
 
 @pytest.mark.s3
-def test_s3_list_skips_keys_no_transport_writes(s3_bucket: str) -> None:  # noqa: F811
+def test_s3_list_skips_keys_no_transport_writes(s3_bucket: str) -> None:
     t = open_transport(s3_bucket)
     client = t._client  # type: ignore[attr-defined]
     for key in ("store/folder/", "store/a//b", "store/../x", "store/ok"):
@@ -511,14 +535,14 @@ def test_s3_list_skips_keys_no_transport_writes(s3_bucket: str) -> None:  # noqa
 
 
 @pytest.mark.s3
-def test_s3_missing_bucket_names_the_fix(s3_server: str) -> None:  # noqa: F811
+def test_s3_missing_bucket_names_the_fix(s3_server: str) -> None:
     t = open_transport("s3://no-such-bucket-here/p", endpoint_url=s3_server)
     with pytest.raises(RemoteError, match="does not exist"):
         t.put_bytes("a", b"x")
 
 
 @pytest.mark.s3
-def test_s3_multipart_add_is_conditional_at_completion(s3_bucket: str, tmp_path: Path) -> None:  # noqa: F811
+def test_s3_multipart_add_is_conditional_at_completion(s3_bucket: str, tmp_path: Path) -> None:
     from botocore.exceptions import ClientError
 
     t = open_transport(s3_bucket, multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
@@ -535,7 +559,7 @@ def test_s3_multipart_add_is_conditional_at_completion(s3_bucket: str, tmp_path:
 
 
 @pytest.mark.s3
-def test_s3_without_conditional_writes(s3_bucket: str) -> None:  # noqa: F811
+def test_s3_without_conditional_writes(s3_bucket: str) -> None:
     t = open_transport(s3_bucket, conditional_writes=False)
     assert t.add_if_new("objects/ab/cd", b"1") is True
     assert t.add_if_new("objects/ab/cd", b"2") is False

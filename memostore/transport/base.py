@@ -118,10 +118,22 @@ def _name_problem(name: str) -> str | None:
     return None
 
 
+def local_file(path: os.PathLike[str] | str) -> Path:
+    """*path* as a Path, after checking it is a readable local file.
+
+    A missing local file is the caller's mistake, not the remote's: it raises
+    the plain ``FileNotFoundError``, before any remote error handling.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such local file: {path}")
+    return path
+
+
 def as_bytes_or_path(data: object) -> bytes | Path:
     """Normalise the ``data`` argument of ``add_if_new`` (bytes-like or a Path)."""
     if isinstance(data, Path):
-        return data
+        return local_file(data)
     if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"expected bytes or pathlib.Path, not {type(data).__name__}")

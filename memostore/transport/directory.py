@@ -34,6 +34,7 @@ from .base import (
     Transport,
     _is_reserved,
     as_bytes_or_path,
+    local_file,
     temp_name,
     validate_name,
     validate_prefix,
@@ -186,9 +187,10 @@ class DirectoryTransport(Transport):
 
     def put_file(self, name: str, path: Path) -> None:
         target = self._path(name)
+        src = local_file(path)
         with self._os_errors("writing", name):
             self._make_parent(target)
-            self._replace_with(target, Path(path))
+            self._replace_with(target, src)
 
     def add_if_new(self, name: str, data: bytes | Path) -> bool:
         target = self._path(name)
@@ -296,10 +298,8 @@ class DirectoryTransport(Transport):
         path = self._path(name)
         with self._os_errors("deleting", name):
             self._check_root()
-            try:
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 os.unlink(path)
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                pass
 
     def set_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         path = self._path(name)

@@ -11,6 +11,7 @@ from .base import (
     NotFoundOnRemote,
     Transport,
     as_bytes_or_path,
+    local_file,
     temp_name,
     validate_name,
     validate_prefix,
@@ -50,7 +51,7 @@ class MemoryTransport(Transport):
 
     def put_file(self, name: str, path: Path) -> None:
         validate_name(name)
-        data = Path(path).read_bytes()
+        data = local_file(path).read_bytes()
         with self._lock:
             self._files[name] = data
 

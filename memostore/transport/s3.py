@@ -42,6 +42,7 @@ from .base import (
     Transport,
     as_bytes_or_path,
     is_valid_name,
+    local_file,
     temp_name,
     validate_name,
     validate_prefix,
@@ -101,8 +102,8 @@ class S3Transport(Transport):
         connect_timeout: seconds to wait for a TCP connection.
         read_timeout: seconds to wait for a response once connected.
         max_attempts: total attempts per request (retries on throttling and
-            connection errors); with the defaults an unreachable endpoint fails
-            within a few seconds.
+            connection errors); with the defaults a refused connection fails at
+            once and a silent endpoint within about 10 s.
         **client_kwargs: passed to ``boto3.client("s3", ...)`` (e.g.
             ``aws_access_key_id``, ``config`` merged over ours).
     """
@@ -119,8 +120,8 @@ class S3Transport(Transport):
         multipart_threshold: int = 16 * MiB,
         multipart_chunksize: int = 16 * MiB,
         max_concurrency: int = 8,
-        connect_timeout: float = 3.0,
-        read_timeout: float = 60.0,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 30.0,
         max_attempts: int = 3,
         **client_kwargs: Any,
     ) -> None:
@@ -150,9 +151,9 @@ class S3Transport(Transport):
             # Self-hosted endpoints rarely have wildcard DNS for bucket subdomains.
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
-        if client_kwargs.get("config") is not None:
-            config = config.merge(client_kwargs.pop("config"))
-        client_kwargs.pop("config", None)
+        user_config = client_kwargs.pop("config", None)
+        if user_config is not None:
+            config = config.merge(user_config)  # the caller's settings win
         session = boto3.session.Session(profile_name=profile_name)
         self._client = session.client(
             "s3",
@@ -259,17 +260,18 @@ class S3Transport(Transport):
 
     def put_file(self, name: str, path: Path) -> None:
         key = self._key(name)
+        src = local_file(path)
         with self._errors("uploading", name):
-            self._client.upload_file(os.fspath(path), self.bucket, key, Config=self.transfer_config)
+            self._client.upload_file(os.fspath(src), self.bucket, key, Config=self.transfer_config)
 
     def add_if_new(self, name: str, data: bytes | Path) -> bool:
         key = self._key(name)
         data = as_bytes_or_path(data)
         with self._errors("adding", name):
-            if isinstance(data, Path) or not self.conditional_writes:
-                # Skip the upload when the object is there already.
-                if self._head(key) is not None:
-                    return False
+            # Skip the upload when the object is there already.
+            skip_check = isinstance(data, bytes) and self.conditional_writes
+            if not skip_check and self._head(key) is not None:
+                return False
             if not self.conditional_writes:
                 if isinstance(data, Path):
                     self.put_file(name, data)
@@ -434,7 +436,7 @@ class S3Transport(Transport):
             raise RemoteError(f"updating {name} on {self._where()} kept conflicting; try again")
 
     def close(self) -> None:
-        client, self._client = getattr(self, "_client", None), None
+        client = getattr(self, "_client", None)
         if client is not None:
             with contextlib.suppress(Exception):
-                client.close()
+                client.close()  # drops pooled connections; idempotent

@@ -197,19 +197,20 @@ class MemoizedFunction:
     def _compute(
         self, store: Store, call: _Call, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        storable = True
-        try:
-            call.sink.flush(store.objects)
-            self._write_code_doc(store, call.code)
-        except Exception as exc:
-            storable = False
-            _warn(f"cannot store the arguments of {self.symbol} ({exc}); running unstored")
         ctx = context.EvalContext(
             store=store,
             function=self.symbol,
             key=call.key,
             hparams=scalar_hparams(dict(call.arguments)),
         )
+        storable = True
+        try:
+            call.sink.flush(store.objects)
+            self._write_code_doc(store, call.code)
+            store.mark_pending(ctx.run_id, [call.args_id, code_doc(call.code).id])
+        except Exception as exc:
+            storable = False
+            _warn(f"cannot store the arguments of {self.symbol} ({exc}); running unstored")
         token = context.enter(ctx)
         started = time.time()
         t0 = time.perf_counter()
@@ -220,11 +221,13 @@ class MemoizedFunction:
             if storable and not isinstance(exc, GeneratorExit):
                 status = "error" if isinstance(exc, Exception) else "interrupted"
                 self._record_failure(store, call, ctx, exc, status, started, t0)
+                store.clear_pending(ctx.run_id)
             raise
         context.leave(token)
         duration = time.perf_counter() - t0
         if storable:
             self._store_result(store, call, ctx, result, started, duration)
+            store.clear_pending(ctx.run_id)
         else:
             ctx.finalize("ok")
         return result

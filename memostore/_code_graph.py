@@ -1,0 +1,851 @@
+"""The dependency closure of one function or class: traversal, naming, digests.
+
+A closure is a graph of nodes (functions, classes, module constants, pinned
+distributions, ...). Each node's digest covers its own code or value and the
+*symbols* of what it references, never their digests, so cycles (mutual
+recursion, a method that names its class) need no special handling: the
+closure's digest is then taken over the set of nodes, sorted by symbol.
+
+Building a closure runs in three passes: a breadth-first walk from the root
+that collects nodes and the references between them, naming (symbols,
+made unique in walk order), and hashing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import importlib.util
+import operator
+import sys
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from types import (
+    BuiltinFunctionType,
+    BuiltinMethodType,
+    FunctionType,
+    MethodDescriptorType,
+    MethodType,
+    MethodWrapperType,
+    ModuleType,
+    WrapperDescriptorType,
+)
+from typing import Any
+
+import blake3
+
+from ._code_modules import (
+    PYTHON_SYMBOL,
+    _under_library_root,
+    distribution_pin,
+    find_module_file,
+    is_stdlib_name,
+    is_user_module,
+    is_user_module_name,
+    module_of,
+    python_digest,
+)
+from ._code_source import CodeFacts, LocalImport, class_source, code_facts, source_file
+
+__all__ = ["Closure", "Guards", "IgnoreRules", "hash_parts"]
+
+_MISSING = object()
+_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
+_CONTAINERS = frozenset({list, tuple, set, frozenset, dict})
+_MUTABLE = frozenset({list, set, dict, OrderedDict})
+_BUILTIN_CALLABLES = (
+    BuiltinFunctionType,
+    BuiltinMethodType,
+    MethodDescriptorType,
+    MethodWrapperType,
+    WrapperDescriptorType,
+)
+# Class attributes that record how the class was built, not what it does.
+_CLASS_INTERNALS = frozenset({"_abc_impl"})
+
+Tree = tuple[Any, ...]
+
+
+def hash_parts(parts: Iterable[str]) -> str:
+    """blake3 of length-prefixed strings (no two part lists hash alike by concatenation)."""
+    h = blake3.blake3()
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(b"%d:" % len(data))
+        h.update(data)
+    return h.hexdigest()
+
+
+def type_name(cls: type) -> str:
+    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls.__name__)}"
+
+
+class Node:
+    """One dependency in a closure."""
+
+    __slots__ = ("base", "digest", "kind", "local", "obj", "refs", "source", "symbol", "tree")
+
+    def __init__(self, kind: str, base: str, obj: Any = None) -> None:
+        self.kind = kind
+        self.base = base  # symbol before it is made unique within the closure
+        self.symbol = base
+        self.obj = obj  # keeps the object alive while its id is a key
+        self.local = ""  # digest of the node's own code or value
+        self.source: str | None = None
+        self.refs: list[tuple[str, Tree]] = []
+        self.tree: Tree | None = None  # a constant's value
+        self.digest = ""
+
+
+class IgnoreRules:
+    """Globals that never enter a closure (see ``ignore_global``)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[int, Any] = {}
+        self.names: set[str] = set()  # "name" for any module
+        self.qualified: set[tuple[str, str]] = set()  # (module, name)
+        self.generation = 0
+
+    def add(self, obj_or_name: Any) -> None:
+        if isinstance(obj_or_name, str):
+            module, sep, name = obj_or_name.rpartition(":")
+            if sep:
+                self.qualified.add((module, name))
+            else:
+                self.names.add(name)
+        else:
+            self.objects[id(obj_or_name)] = obj_or_name
+        self.generation += 1
+
+    def has_object(self, value: Any) -> bool:
+        found = self.objects.get(id(value), _MISSING)
+        return found is value
+
+    def has_name(self, module: str | None, name: str) -> bool:
+        return name in self.names or (module, name) in self.qualified
+
+
+class Guards:
+    """What a closure read, so a cached result can be re-checked cheaply."""
+
+    def __init__(self) -> None:
+        # (id(namespace), key) -> (namespace, key, value read or _MISSING)
+        self.bindings: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+        self.sizes: dict[int, tuple[Any, int]] = {}  # class dicts: entries added or removed
+        self.snapshots: list[tuple[Any, Any]] = []
+
+    def bind(self, mapping: Any, key: str, value: Any) -> None:
+        self.bindings.setdefault((id(mapping), key), (mapping, key, value))
+
+    def class_dict(self, cls: type) -> Any:
+        """Start watching a class's ``__dict__``; bind its entries one by one."""
+        proxy = cls.__dict__
+        self.sizes.setdefault(id(cls), (proxy, len(proxy)))
+        return proxy
+
+    def snapshot(self, value: Any) -> None:
+        self.snapshots.append((value, _copy_constant(value)))
+
+    def checker(self) -> Callable[[], bool]:
+        """A function that says whether everything the closure read is still as it was.
+
+        Runs on every memoised call, so each check is one C-level ``map``
+        over all bindings at once. Functions, classes and modules are compared
+        with ``==`` inside a tuple comparison (an identity test for them, and
+        the fastest one); constants and other objects with ``is``
+        (``1 == 1.0``, yet their digests differ).
+        """
+        by_value: list[tuple[Any, str, Any]] = []
+        by_identity: list[tuple[Any, str, Any]] = []
+        missing: list[tuple[Any, str, Any]] = []
+        for entry in self.bindings.values():
+            value = entry[2]
+            if value is _MISSING:
+                missing.append(entry)
+            elif _compares_by_value(value):
+                by_value.append(entry)
+            else:
+                by_identity.append(entry)
+        eq_maps, eq_keys, eq_values = _columns(by_value)
+        id_maps, id_keys, id_values = _columns(by_identity)
+        miss_maps, miss_keys, _ = _columns(missing)
+        proxies = tuple(proxy for proxy, _ in self.sizes.values())
+        sizes = [size for _, size in self.sizes.values()]
+        snapshot_values = tuple(value for value, _ in self.snapshots)
+        snapshot_copies = tuple(copy for _, copy in self.snapshots)
+        getitem, contains, is_, eq = operator.getitem, operator.contains, operator.is_, operator.eq
+
+        def still_valid() -> bool:
+            try:
+                return (
+                    tuple(map(getitem, eq_maps, eq_keys)) == eq_values
+                    and all(map(is_, map(getitem, id_maps, id_keys), id_values))
+                    and not any(map(contains, miss_maps, miss_keys))
+                    and list(map(len, proxies)) == sizes
+                    and all(map(eq, snapshot_values, snapshot_copies))
+                )
+            except Exception:  # a key deleted, an __eq__ that raises: rebuild
+                return False
+
+        return still_valid
+
+
+def _columns(entries: list[tuple[Any, str, Any]]) -> tuple[tuple[Any, ...], ...]:
+    return (
+        tuple(e[0] for e in entries),
+        tuple(e[1] for e in entries),
+        tuple(e[2] for e in entries),
+    )
+
+
+def _compares_by_value(value: Any) -> bool:
+    """Whether ``==`` on *value* is an identity test (functions, classes, modules)."""
+    return isinstance(value, (FunctionType, type, ModuleType, *_BUILTIN_CALLABLES))
+
+
+def _copy_constant(value: Any) -> Any:
+    t = type(value)
+    if t is list:
+        return [_copy_constant(v) for v in value]
+    if t is tuple:
+        return tuple(_copy_constant(v) for v in value)
+    if t in (dict, OrderedDict):
+        return t((k, _copy_constant(v)) for k, v in value.items())
+    if t in (set, frozenset):
+        return t(_copy_constant(v) for v in value)
+    return value
+
+
+def _is_pure(value: Any, depth: int = 0) -> bool:
+    """Plain data only: scalars in builtin containers (no functions, no objects)."""
+    t = type(value)
+    if t in _SCALARS:
+        return True
+    if t not in _CONTAINERS or depth > 64:
+        return False
+    if t is dict:
+        return all(_is_pure(k, depth + 1) and _is_pure(v, depth + 1) for k, v in value.items())
+    return all(_is_pure(v, depth + 1) for v in value)
+
+
+def _underlying_functions(value: Any) -> list[Any]:
+    """The functions inside a class attribute (method, static/class method, property)."""
+    if isinstance(value, FunctionType):
+        return [value]
+    if isinstance(value, (staticmethod, classmethod)):
+        return [value.__func__]
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    if isinstance(value, functools.cached_property):
+        return [value.func]
+    return []
+
+
+def _wrapped_of(value: Any) -> Any:
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict):
+        return attrs.get("__wrapped__", _MISSING)
+    return _MISSING
+
+
+def _real_module(func: FunctionType) -> str:
+    """The module whose code defines *func* (``__module__`` can be copied by ``wraps``)."""
+    name = func.__globals__.get("__name__")
+    if isinstance(name, str):
+        return name
+    return func.__module__ if isinstance(func.__module__, str) else "<unknown>"
+
+
+def function_symbol(func: FunctionType) -> str:
+    """``module:qualname`` of the code of *func*, even under a ``functools.wraps`` name."""
+    code = func.__code__
+    qualname = func.__qualname__
+    if qualname.rpartition(".")[2] != code.co_name:
+        qualname = getattr(code, "co_qualname", code.co_name)
+    return f"{_real_module(func)}:{qualname}"
+
+
+def class_symbol(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _container_label(key: Any) -> str:
+    text = repr(key) if type(key) in _SCALARS else f"<{type(key).__name__}>"
+    return f"[{text}]" if len(text) <= 80 else "[...]"
+
+
+class Closure:
+    """One traversal from a root; build it, then read ``root`` and ``nodes``."""
+
+    def __init__(self, ignore: IgnoreRules, digest_value: Callable[[Any], str]) -> None:
+        self.ignore = ignore
+        self.digest_value = digest_value
+        self.guards = Guards()
+        self.nodes: list[Node] = []
+        self._by_key: dict[Any, Node] = {}
+        self._queue: deque[tuple[Callable[..., None], Node, Any]] = deque()
+        self._state_names: dict[int, frozenset[str]] = {}
+        self._saw_mutable = False
+
+    # -- entry points -------------------------------------------------------------------------
+    def build(self, root: Any) -> Node:
+        node = self._root_node(root)
+        while self._queue:
+            expand, pending, obj = self._queue.popleft()
+            expand(pending, obj)
+        self._name_and_hash()
+        return node
+
+    def _root_node(self, root: Any) -> Node:
+        if isinstance(root, functools.partial):
+            func = root.func
+            inner = function_symbol(func) if isinstance(func, FunctionType) else repr(func)
+            node = self._add(("partial", id(root)), "function", f"functools.partial({inner})", root)
+            node.local = "partial"
+            node.source = repr(root)
+            node.refs.append(("func", self.tree(func, inner)))
+            for i, arg in enumerate(root.args):
+                node.refs.append((f"arg:{i}", self.tree(arg, f"{inner}.<args>")))
+            for key, arg in sorted(root.keywords.items()):
+                node.refs.append((f"kwarg:{key}", self.tree(arg, f"{inner}.<args>")))
+            return node
+        if isinstance(root, FunctionType):
+            found = self.function_tree(root, None)
+        elif isinstance(root, type):
+            found = self.class_tree(root, None)
+        else:
+            found = ("external",)
+        if found[0] == "ref":
+            return found[1]
+        # Not the user's code: the root is pinned by what owns it.
+        module = module_of(root) or "<unknown>"
+        qualname = getattr(root, "__qualname__", None) or type(root).__qualname__
+        kind = "class" if isinstance(root, type) else "function"
+        node = self._add(("external-root", id(root)), kind, f"{module}:{qualname}", root)
+        node.local = "external"
+        node.refs.append(("owner", found if found[0] != "external" else self.external_tree(module)))
+        return node
+
+    # -- nodes --------------------------------------------------------------------------------
+    def _add(self, key: Any, kind: str, base: str, obj: Any = None) -> Node:
+        node = Node(kind, base, obj)
+        self._by_key[key] = node
+        self.nodes.append(node)
+        return node
+
+    def python_tree(self) -> Tree:
+        node = self._by_key.get("python")
+        if node is None:
+            node = self._add("python", "python", PYTHON_SYMBOL)
+            node.digest = python_digest()
+        return ("ref", node)
+
+    def external_tree(self, module_name: str | None) -> Tree:
+        """Pin code that is not the user's: by distribution, or by Python for the stdlib."""
+        if not module_name or is_stdlib_name(module_name):
+            return self.python_tree()
+        symbol, digest = distribution_pin(module_name)
+        node = self._by_key.get(("dist", symbol))
+        if node is None:
+            node = self._add(("dist", symbol), "distribution", symbol)
+            node.digest = digest
+        return ("ref", node)
+
+    def module_tree(self, module: ModuleType) -> Tree:
+        if is_user_module(module):
+            return ("module", module.__name__)
+        return self.external_tree(module.__name__)
+
+    def unimported_tree(self, name: str) -> Tree:
+        """A user module imported inside a function body that has not run yet."""
+        if not is_user_module_name(name):
+            return self.external_tree(name)
+        node = self._by_key.get(("module", name))
+        if node is None:
+            node = self._add(("module", name), "module", name)
+            file = find_module_file(name)
+            sf = source_file(file) if file else None
+            node.digest = sf.module_digest() if sf is not None else hash_parts(["missing", name])
+        return ("ref", node)
+
+    def function_tree(self, func: FunctionType, hint: str | None) -> Tree:
+        module_name = _real_module(func)
+        module = sys.modules.get(module_name)
+        if module is not None:
+            user = is_user_module(module)
+        else:
+            filename = func.__code__.co_filename
+            user = filename.startswith("<") or not _under_library_root(filename)
+        if not user:
+            found = self.external_tree(module_name)
+            wrapped = _wrapped_of(func)
+            if wrapped is not _MISSING:
+                return ("wrapper", found, self.tree(wrapped, hint))
+            return found
+        node = self._by_key.get(("function", id(func)))
+        if node is None:
+            base = function_symbol(func)
+            if hint and func.__name__ == "<lambda>":
+                base = hint
+            node = self._add(("function", id(func)), "function", base, func)
+            self._queue.append((self._expand_function, node, func))
+        return ("ref", node)
+
+    def class_tree(self, cls: type, hint: str | None) -> Tree:
+        module_name = cls.__module__ if isinstance(cls.__module__, str) else "builtins"
+        module = sys.modules.get(module_name)
+        if module is not None:
+            user = is_user_module(module)
+        else:
+            user = not is_stdlib_name(module_name) and not _is_distribution(module_name)
+        if not user:
+            return self.external_tree(module_name)
+        node = self._by_key.get(("class", id(cls)))
+        if node is None:
+            node = self._add(("class", id(cls)), "class", class_symbol(cls), cls)
+            self._queue.append((self._expand_class, node, cls))
+        return ("ref", node)
+
+    # -- values -------------------------------------------------------------------------------
+    def tree(self, value: Any, hint: str | None) -> Tree:
+        """How *value* enters a digest: by value, by reference, or by its type only."""
+        found = self.constant_tree(value, hint, set())
+        if found is not None:
+            return found
+        return self.object_tree(value, hint)
+
+    def object_tree(self, value: Any, hint: str | None) -> Tree:
+        """A value that is not hashed: its type's name, and its type as a dependency."""
+        found: Tree = ("object", type_name(type(value)), self.class_tree(type(value), None))
+        wrapped = _wrapped_of(value)
+        if wrapped is not _MISSING:
+            found = ("wrapper", found, self.tree(wrapped, hint))
+        return found
+
+    def constant_tree(self, value: Any, hint: str | None, active: set[int]) -> Tree | None:
+        """The tree of a constant-like value, or None when *value* is not one."""
+        if self.ignore.has_object(value):
+            return ("ignored",)
+        t = type(value)
+        if t in _SCALARS:
+            return ("v", self.digest_value(value))
+        if t in _CONTAINERS or t is OrderedDict:
+            if t in _MUTABLE:
+                self._saw_mutable = True
+            if t is not OrderedDict and _is_pure(value):
+                return ("v", self.digest_value(value))
+            if id(value) in active:
+                return ("cycle",)
+            active.add(id(value))
+            try:
+                return self._container_tree(value, hint, active)
+            finally:
+                active.discard(id(value))
+        if isinstance(value, FunctionType):
+            return self.function_tree(value, hint)
+        if isinstance(value, type):
+            return self.class_tree(value, hint)
+        if isinstance(value, ModuleType):
+            return self.module_tree(value)
+        if isinstance(value, enum.Enum):
+            return ("enum", self.class_tree(t, None), value.name)
+        if isinstance(value, MethodType):
+            owner = value.__self__
+            if isinstance(owner, (type, ModuleType)):
+                return ("method", self.tree(value.__func__, hint), self.tree(owner, None))
+            return ("method", self.tree(value.__func__, hint), self.object_tree(owner, None))
+        if isinstance(value, _BUILTIN_CALLABLES):
+            return (
+                "builtin",
+                getattr(value, "__qualname__", "?"),
+                self.external_tree(module_of(value)),
+            )
+        if isinstance(value, functools.partial):
+            return (
+                "partial",
+                self.tree(value.func, hint),
+                [self.tree(arg, hint) for arg in value.args],
+                [("kw", key, self.tree(arg, hint)) for key, arg in sorted(value.keywords.items())],
+            )
+        if isinstance(value, (staticmethod, classmethod, property, functools.cached_property)):
+            return (t.__name__, [self.tree(f, hint) for f in _underlying_functions(value)])
+        if isinstance(value, tuple) and hasattr(t, "_fields"):
+            items = [self.constant_tree(v, hint, active) for v in value]
+            if any(item is None for item in items):
+                return None
+            return ("namedtuple", self.class_tree(t, None), items)
+        if dataclasses.is_dataclass(value) and t.__dataclass_params__.frozen:
+            fields = []
+            for f in dataclasses.fields(value):
+                item = self.constant_tree(getattr(value, f.name), hint, active)
+                if item is None:
+                    return None
+                fields.append(("field", f.name, item))
+            return ("dataclass", self.class_tree(t, None), fields)
+        return None
+
+    def _container_tree(self, value: Any, hint: str | None, active: set[int]) -> Tree | None:
+        t = type(value)
+        if t is dict or t is OrderedDict:
+            items = []
+            for key, item in value.items():
+                key_tree = self.constant_tree(key, hint, active)
+                item_tree = self.constant_tree(
+                    item, f"{hint}{_container_label(key)}" if hint else None, active
+                )
+                if key_tree is None or item_tree is None:
+                    return None
+                items.append((key_tree, item_tree))
+            return ("odict" if t is OrderedDict else "dict", items)
+        items = []
+        for i, item in enumerate(value):
+            item_tree = self.constant_tree(item, f"{hint}[{i}]" if hint else None, active)
+            if item_tree is None:
+                return None
+            items.append(item_tree)
+        return ("set" if t in (set, frozenset) else "seq", t.__name__, items)
+
+    # -- bindings -----------------------------------------------------------------------------
+    def binding_tree(
+        self, namespace: dict[str, Any], module: str, name: str, value: Any, state: frozenset[str]
+    ) -> Tree:
+        """A global read by the user's code: the object it names, or a constant node."""
+        symbol = f"{module}:{name}"
+        if (
+            isinstance(value, (FunctionType, type, ModuleType, functools.partial, MethodType))
+            or isinstance(value, _BUILTIN_CALLABLES)
+        ) and name not in state:
+            return self.tree(value, symbol)
+        key = ("binding", id(namespace), name)
+        node = self._by_key.get(key)
+        if node is not None:
+            return ("ref", node)
+        self._saw_mutable = False
+        found = None if name in state else self.constant_tree(value, symbol, set())
+        if found is None:
+            node = self._add(key, "object", symbol, value)
+            node.digest = blake3.blake3(type_name(type(value)).encode()).hexdigest()
+            node.refs.append(("type", self.object_tree(value, symbol)))
+            why = "rebound at run time" if name in state else "not hashed"
+            node.source = f"{name}: {type_name(type(value))} instance ({why})"
+        else:
+            node = self._add(key, "constant", symbol, value)
+            node.tree = found
+            node.refs.append(("value", found))
+            node.source = f"{name} = {_render(value)}"
+            if self._saw_mutable:
+                self.guards.snapshot(value)
+        return ("ref", node)
+
+    def _module_state(self, namespace: dict[str, Any]) -> frozenset[str]:
+        """Names some function of the module rebinds with ``global``: state, not constants."""
+        found = self._state_names.get(id(namespace))
+        if found is None:
+            file = namespace.get("__file__")
+            sf = source_file(file, namespace) if isinstance(file, str) else None
+            found = sf.global_decls if sf is not None else frozenset()
+            self._state_names[id(namespace)] = found
+        return found
+
+    def _follow(
+        self,
+        node: Node,
+        label: str,
+        namespace: dict[str, Any],
+        module: str,
+        name: str,
+        value: Any,
+        attrs: tuple[str, ...],
+        state: frozenset[str],
+    ) -> None:
+        """Resolve ``value.attr.attr...`` through the user's modules and record the result."""
+        path = [label]
+        for attr in attrs:
+            if not (isinstance(value, ModuleType) and is_user_module(value)):
+                break
+            if self.ignore.has_name(value.__name__, attr):
+                return
+            inner = value.__dict__
+            found = inner.get(attr, _MISSING)
+            self.guards.bind(inner, attr, found)
+            if found is _MISSING:
+                break
+            namespace, module, name, value = inner, value.__name__, attr, found
+            state = self._module_state(inner)
+            path.append(attr)
+        if self.ignore.has_object(value):
+            return
+        node.refs.append((".".join(path), self.binding_tree(namespace, module, name, value, state)))
+
+    def _read_globals(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
+        namespace = func.__globals__
+        module = _real_module(func)
+        state = self._module_state(namespace) | facts.stored_globals
+        for chain in facts.chains:
+            name = chain[0]
+            if self.ignore.has_name(module, name):
+                continue
+            value = namespace.get(name, _MISSING)
+            self.guards.bind(namespace, name, value)
+            label = f"{prefix}global:{name}"
+            if value is _MISSING:
+                builtins = namespace.get("__builtins__")
+                builtins = getattr(builtins, "__dict__", builtins)
+                if isinstance(builtins, dict) and name in builtins:
+                    if not self.ignore.has_object(builtins[name]):
+                        node.refs.append((label, self.python_tree()))
+                else:
+                    node.refs.append((label, ("unbound",)))
+                continue
+            self._follow(node, label, namespace, module, name, value, chain[1:], state)
+
+    def _read_imports(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
+        if not facts.imports:
+            return
+        bound: dict[str, tuple[Any, dict[str, Any], str, str] | None] = {}
+        for local, imp in facts.imports:
+            label = f"{prefix}import:{local}"
+            name = _absolute(imp, func.__globals__)
+            module = sys.modules.get(name) if name else None
+            if name:
+                self.guards.bind(sys.modules, name, _MISSING if module is None else module)
+            if module is None:
+                node.refs.append((label, self.unimported_tree(name) if name else ("unbound",)))
+                bound[local] = None
+                continue
+            if imp.attr is None:
+                if not imp.submodule:
+                    top = name.partition(".")[0]
+                    module = sys.modules.get(top, module)
+                bound[local] = (module, sys.modules, module.__name__, module.__name__)
+                node.refs.append((label, self.module_tree(module)))
+                continue
+            value = module.__dict__.get(imp.attr, _MISSING)
+            self.guards.bind(module.__dict__, imp.attr, value)
+            if value is _MISSING:
+                value = sys.modules.get(f"{name}.{imp.attr}", _MISSING)
+            if value is _MISSING:
+                node.refs.append((label, ("unbound",)))
+                bound[local] = None
+                continue
+            bound[local] = (value, module.__dict__, module.__name__, imp.attr)
+            state = self._module_state(module.__dict__)
+            tree = self.binding_tree(module.__dict__, module.__name__, imp.attr, value, state)
+            node.refs.append((label, tree))
+        for chain in facts.import_chains:
+            start = bound.get(chain[0])
+            if start is None or len(chain) < 2:
+                continue
+            value, namespace, module_name, name = start
+            label = f"{prefix}import:{chain[0]}"
+            state = self._module_state(namespace) if namespace is not sys.modules else frozenset()
+            self._follow(node, label, namespace, module_name, name, value, chain[1:], state)
+
+    def _read_function(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
+        """Globals, imports, closure cells, defaults and wrapped function of *func*."""
+        self._read_globals(node, func, facts, prefix)
+        self._read_imports(node, func, facts, prefix)
+        symbol = function_symbol(func)
+        for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
+            label = f"{prefix}cell:{name}"
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                node.refs.append((label, ("empty",)))
+                continue
+            if self.ignore.has_object(value):
+                continue
+            if name in facts.stored_derefs:
+                node.refs.append((label, self.object_tree(value, None)))
+            else:
+                node.refs.append((label, self.tree(value, f"{symbol}.<{name}>")))
+        for i, value in enumerate(func.__defaults__ or ()):
+            node.refs.append((f"{prefix}default:{i}", self.tree(value, None)))
+        for name, value in sorted((func.__kwdefaults__ or {}).items()):
+            node.refs.append((f"{prefix}kwdefault:{name}", self.tree(value, None)))
+        wrapped = _wrapped_of(func)
+        if wrapped is not _MISSING:
+            node.refs.append((f"{prefix}wrapped", self.tree(wrapped, None)))
+
+    # -- expansion ----------------------------------------------------------------------------
+    def _expand_function(self, node: Node, func: FunctionType) -> None:
+        facts = code_facts(func.__code__, func.__globals__)
+        node.local = facts.digest
+        node.source = facts.source
+        self._read_function(node, func, facts, "")
+        owner = _owner_class(func)
+        if owner is not None:
+            node.refs.append(("owner", self.class_tree(owner, None)))
+
+    def _expand_class(self, node: Node, cls: type) -> None:
+        attrs = self.guards.class_dict(cls)
+        own_prefix = cls.__qualname__ + "."
+        method_lines = [
+            (f.__code__.co_filename, f.__code__.co_firstlineno)
+            for value in attrs.values()
+            for f in _underlying_functions(value)
+            if isinstance(f, FunctionType) and f.__qualname__.startswith(own_prefix)
+        ]
+        found = class_source(cls, method_lines)
+        span: tuple[str, int, int] | None = None
+        if found is not None:
+            sf, statement = found
+            node.local = "ast:" + sf.digest(statement)
+            node.source = sf.text(statement)
+            span = (sf.filename, *sf.span(statement))
+        else:
+            node.local = "nosource:" + cls.__qualname__
+
+        def inline(f: Any) -> bool:
+            # A method written in the class body: the class's source digest covers its code.
+            if span is None or not isinstance(f, FunctionType):
+                return False
+            code = f.__code__
+            return code.co_filename == span[0] and span[1] <= code.co_firstlineno <= span[2]
+
+        for i, base in enumerate(cls.__bases__):
+            if base is not object:
+                node.refs.append((f"base:{i}", self.tree(base, None)))
+        if type(cls) is not type:
+            node.refs.append(("metaclass", self.tree(type(cls), None)))
+        for name, value in attrs.items():
+            if name in _CLASS_INTERNALS or self.ignore.has_object(value):
+                continue
+            functions = _underlying_functions(value)
+            if name.startswith("__") and name.endswith("__") and not functions:
+                continue
+            self.guards.bind(attrs, name, value)
+            if functions and all(inline(f) for f in functions):
+                node.refs.append((f"attr:{name}", (type(value).__name__,)))
+                for f in functions:
+                    facts = code_facts(f.__code__, f.__globals__)
+                    self._read_function(node, f, facts, f"{name}.")
+                continue
+            node.refs.append((f"attr:{name}", self.tree(value, f"{node.base}.{name}")))
+        fields = attrs.get("__dataclass_fields__")
+        if isinstance(fields, dict):
+            for name, fld in fields.items():
+                for what in ("default", "default_factory"):
+                    value = getattr(fld, what, dataclasses.MISSING)
+                    if value is not dataclasses.MISSING:
+                        node.refs.append((f"field:{name}.{what}", self.tree(value, None)))
+
+    # -- naming and hashing -------------------------------------------------------------------
+    def _name_and_hash(self) -> None:
+        used: set[str] = set()
+        for node in self.nodes:
+            symbol, n = node.base, 2
+            while symbol in used:
+                symbol, n = f"{node.base}#{n}", n + 1
+            used.add(symbol)
+            node.symbol = symbol
+        for node in self.nodes:
+            if node.digest:
+                continue
+            if node.kind == "constant":
+                node.digest = _encode(node.tree)  # type: ignore[arg-type]
+                continue
+            entries = sorted(f"{label}={_encode(tree)}" for label, tree in node.refs)
+            node.digest = hash_parts([node.kind, node.local, *entries])
+
+
+def _is_distribution(module_name: str) -> bool:
+    from ._code_modules import _packages_distributions
+
+    return module_name.partition(".")[0] in _packages_distributions()
+
+
+def _absolute(imp: LocalImport, namespace: dict[str, Any]) -> str | None:
+    if imp.level == 0:
+        return imp.module
+    package = namespace.get("__package__") or namespace.get("__name__", "")
+    try:
+        return importlib.util.resolve_name("." * imp.level + imp.module, package)
+    except (ImportError, ValueError):
+        return None
+
+
+def _owner_class(func: FunctionType) -> type | None:
+    """The class whose body defined *func*, for a method reachable by its qualified name."""
+    parts = func.__qualname__.split(".")
+    if len(parts) < 2 or "<locals>" in parts:
+        return None
+    owner: Any = sys.modules.get(_real_module(func))
+    for part in parts[:-1]:
+        owner = getattr(owner, "__dict__", {}).get(part)
+        if owner is None:
+            return None
+    if not isinstance(owner, type):
+        return None
+    if func not in _underlying_functions(owner.__dict__.get(parts[-1])):
+        return None
+    return owner
+
+
+def _encode(tree: Tree) -> str:
+    """Digest of a tree; unordered containers sort their entries by digest."""
+    tag = tree[0]
+    if tag == "v":
+        return tree[1]
+    if tag == "ref":
+        return hash_parts(["ref", tree[1].symbol])
+    if tag == "set":
+        return hash_parts(["set", tree[1], *sorted(_encode(t) for t in tree[2])])
+    if tag == "dict":
+        pairs = sorted(f"{_encode(k)}={_encode(v)}" for k, v in tree[1])
+        return hash_parts(["dict", *pairs])
+    if tag == "odict":
+        return hash_parts(["odict", *(f"{_encode(k)}={_encode(v)}" for k, v in tree[1])])
+    parts = [tag]
+    for child in tree[1:]:
+        if isinstance(child, str):
+            parts.append(child)
+        elif isinstance(child, tuple):
+            parts.append(_encode(child))
+        else:
+            parts.append(hash_parts(_encode(t) for t in child))
+    return hash_parts(parts)
+
+
+_RENDER_LIMIT = 4000
+
+
+def _render(value: Any) -> str:
+    """Readable, deterministic text of a constant for diffs (sets sorted, long text cut)."""
+    text = _render_inner(value, 0)
+    if len(text) > _RENDER_LIMIT:
+        text = f"{text[:_RENDER_LIMIT]}... ({len(text)} characters)"
+    return text
+
+
+def _render_inner(value: Any, depth: int) -> str:
+    t = type(value)
+    if t in _SCALARS:
+        return repr(value)
+    if depth > 20:
+        return "..."
+    if t is list:
+        return "[" + ", ".join(_render_inner(v, depth + 1) for v in value) + "]"
+    if t is tuple:
+        items = [_render_inner(v, depth + 1) for v in value]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if t in (set, frozenset):
+        items = sorted(_render_inner(v, depth + 1) for v in value)
+        body = "{" + ", ".join(items) + "}"
+        return body if t is set and items else f"{t.__name__}({body if items else ''})"
+    if t in (dict, OrderedDict):
+        items = ", ".join(
+            f"{_render_inner(k, depth + 1)}: {_render_inner(v, depth + 1)}"
+            for k, v in value.items()
+        )
+        return "{" + items + "}" if t is dict else f"OrderedDict({{{items}}})"
+    if isinstance(value, FunctionType):
+        return f"<function {function_symbol(value)}>"
+    if isinstance(value, type):
+        return f"<class {class_symbol(value)}>"
+    if isinstance(value, ModuleType):
+        return f"<module {value.__name__}>"
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    return f"<{type_name(t)}>"

@@ -1,0 +1,274 @@
+"""Code digests: what a function depends on, and one digest for all of it.
+
+``code_info(f)`` walks the transitive closure of the user's code that *f*
+uses -- globals and module constants, helpers in any of the user's modules,
+attributes read through ``import pkg.mod as m``, closure cells, default
+values, classes with their methods, attributes and bases -- and stops at
+installed packages, which are pinned by distribution version, and at the
+standard library, pinned by the Python version. ``docs/code-dependencies.md``
+states the rules; in short:
+
+* a function's or class's own digest is that of its syntax tree without
+  docstrings, comments, formatting or line numbers (its normalised bytecode
+  when no source exists);
+* a global is hashed by value only when it is constant-like (scalars,
+  enums, and builtin containers of those, of functions and of classes);
+  any other object -- a logger, a writer, a tensor -- enters by its type's
+  name only, and :func:`ignore_global` leaves a global out altogether.
+
+Results are cached per function object and re-checked on each call against
+every global binding the closure read, so rebinding a constant (re-running
+a notebook cell) is seen.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FunctionType, MethodType
+from typing import Any, TypeVar
+
+import blake3
+
+from ._code_graph import Closure, IgnoreRules, _is_pure
+from ._code_modules import is_user_module
+
+__all__ = ["CodeInfo", "Dependency", "code_info", "ignore_global", "is_user_module"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One piece of code or data a function depends on.
+
+    Attributes:
+        symbol: ``"pkg.mod:Qual.name"`` for functions, classes, constants and
+            other objects read from a module; ``"dist:NAME"`` for an installed
+            distribution; ``"python"`` for the standard library and builtins;
+            a dotted module name for a module imported inside a function body
+            that had not been imported yet.
+        kind: ``"function"``, ``"class"``, ``"constant"``, ``"object"`` (a
+            global hashed by type only), ``"distribution"``, ``"python"`` or
+            ``"module"``.
+        digest: 64-hex blake3 digest.
+        source: Source text for diffs (a constant's rendered value); None for
+            distributions and Python, and for code without source.
+    """
+
+    symbol: str
+    kind: str
+    digest: str
+    source: str | None
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    """The dependency closure of a function or class.
+
+    Attributes:
+        symbol: The root's symbol, ``"module:qualname"``.
+        digest: 64-hex blake3 over the root symbol and every dependency's
+            ``(symbol, kind, digest)``, sorted by symbol.
+        deps: Every dependency, the root included, keyed by symbol.
+    """
+
+    symbol: str
+    digest: str
+    deps: dict[str, Dependency]
+
+
+_ignore = IgnoreRules()
+_lock = threading.RLock()
+
+
+class _Entry:
+    __slots__ = ("check", "generation", "info", "ref", "state")
+
+    def __init__(
+        self,
+        ref: Callable[[], Any],
+        info: CodeInfo,
+        check: Callable[[], bool],
+        state: Callable[[], Any],
+    ) -> None:
+        self.ref = ref
+        self.info = info
+        self.check = check
+        self.state = state  # the root's own code, defaults, ... as first seen
+        self.generation = _ignore.generation
+
+
+# id(root) -> entry; the entry holds a weak reference (or the object itself
+# when it cannot be weakly referenced) so a reused id is never mistaken.
+_entries: dict[int, _Entry] = {}
+
+
+def _drop(key: int, ref: weakref.ref[Any]) -> None:
+    entry = _entries.get(key)
+    if entry is not None and entry.ref is ref:
+        del _entries[key]
+
+
+def _strong(obj: Any) -> Callable[[], Any]:
+    return lambda: obj
+
+
+def _root_state(root: Any) -> Callable[[], Any]:
+    """Attributes of the root that are rebound in place (``%autoreload`` patches ``__code__``)."""
+    if isinstance(root, FunctionType):
+        expected = (root.__code__, root.__defaults__, root.__kwdefaults__)
+        return lambda: (
+            root.__code__ is expected[0]
+            and root.__defaults__ is expected[1]
+            and root.__kwdefaults__ is expected[2]
+        )
+    return lambda: True
+
+
+def code_info(obj: Any) -> CodeInfo:
+    """The dependency closure of *obj* and its digest.
+
+    Args:
+        obj: A function, lambda, method (its function is used; the instance is
+            not code), class or ``functools.partial`` (the bound arguments
+            count as code). A third-party or builtin callable gives a closure
+            that pins its distribution.
+
+    Returns:
+        The closure. The first call per object builds it; later calls return
+        the cached result after checking that no global binding it read has
+        been rebound, that the root's code and defaults are the same objects,
+        that no class in it gained, lost or replaced an attribute, and that
+        mutable constants (lists, dicts, sets) still compare equal.
+
+    Raises:
+        TypeError: *obj* is not code.
+    """
+    if type(obj) is MethodType or isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    entry = _entries.get(id(obj))
+    if (
+        entry is not None
+        and entry.ref() is obj
+        and entry.generation == _ignore.generation
+        and entry.state()
+        and entry.check()
+    ):
+        return entry.info
+    if not (callable(obj) or isinstance(obj, type)):
+        raise TypeError(
+            f"code_info() takes a function, method, class or functools.partial, "
+            f"not {type(obj).__qualname__}"
+        )
+    with _lock:
+        info, check = _build(obj)
+        try:
+            ref: Callable[[], Any] = weakref.ref(obj, lambda r, key=id(obj): _drop(key, r))
+        except TypeError:
+            ref = _strong(obj)
+        _entries[id(obj)] = _Entry(ref, info, check, _root_state(obj))
+    return info
+
+
+def _build(obj: Any) -> tuple[CodeInfo, Callable[[], bool]]:
+    closure = Closure(_ignore, _value_digester())
+    root = closure.build(obj)
+    deps = {
+        node.symbol: Dependency(node.symbol, node.kind, node.digest, node.source)
+        for node in closure.nodes
+    }
+    listing = [[symbol, deps[symbol].kind, deps[symbol].digest] for symbol in sorted(deps)]
+    text = json.dumps({"root": root.symbol, "deps": listing}, separators=(",", ":"))
+    info = CodeInfo(root.symbol, blake3.blake3(text.encode()).hexdigest(), deps)
+    return info, closure.guards.checker()
+
+
+def ignore_global(obj_or_name: T) -> T:
+    """Leave a global out of every code closure; returns its argument (a decorator).
+
+    Use it for module-level state whose value must not key a call: a debug
+    flag, a cache, a handle. Changing an ignored global never changes a
+    digest, and it does not appear in ``deps``.
+
+    Args:
+        obj_or_name: The object itself (matched by identity wherever a closure
+            would read it: globals, closure cells, defaults, class attributes),
+            ``"pkg.mod:NAME"`` for one module's global, or ``"NAME"`` for a
+            global of that name in any module.
+
+    Example:
+        >>> @ignore_global
+        ... def log_progress(step): ...
+        >>> ignore_global("mypkg.train:VERBOSE")
+        'mypkg.train:VERBOSE'
+    """
+    with _lock:
+        _ignore.add(obj_or_name)
+    return obj_or_name
+
+
+# -- value digests ------------------------------------------------------------------------------
+
+_digester: Callable[[Any], str] | None = None
+
+
+def _value_digester() -> Callable[[Any], str]:
+    """``memostore.hashing.digest_value``, or a private canonical digest when it is absent.
+
+    Only plain data (scalars in builtin containers) is passed in, so the
+    value digest never calls back into ``code_info``.
+    """
+    global _digester
+    if _digester is not None:
+        return _digester
+    try:
+        from .hashing import digest_value
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__package__}.hashing":
+            raise
+        _digester = _fallback_digest_value
+        return _digester
+    except ImportError:
+        # Partly initialised during a circular import: try again next time.
+        return _fallback_digest_value
+    _digester = digest_value
+    return _digester
+
+
+def _fallback_digest_value(value: Any) -> str:
+    if not _is_pure(value):
+        raise TypeError(f"cannot digest {type(value).__qualname__} without memostore.hashing")
+    return blake3.blake3(_canonical(value)).hexdigest()
+
+
+def _canonical(value: Any) -> bytes:
+    t = type(value)
+    if value is None:
+        return b"N"
+    if t is bool:
+        return b"T" if value else b"F"
+    if t is int:
+        return b"i%d;" % value
+    if t is float:
+        return b"f" + value.hex().encode() + b";"
+    if t is complex:
+        return b"c" + value.real.hex().encode() + b"," + value.imag.hex().encode() + b";"
+    if t is str:
+        data = value.encode("utf-8", "surrogatepass")
+        return b"s%d:" % len(data) + data
+    if t is bytes:
+        return b"b%d:" % len(value) + value
+    if t is list or t is tuple:
+        items = [_canonical(v) for v in value]
+        return (b"l" if t is list else b"t") + b"%d:" % len(items) + b"".join(items)
+    if t is set or t is frozenset:
+        items = sorted(_canonical(v) for v in value)
+        return (b"S" if t is set else b"R") + b"%d:" % len(items) + b"".join(items)
+    if t is dict:
+        items = sorted(_canonical(k) + _canonical(v) for k, v in value.items())
+        return b"d%d:" % len(items) + b"".join(items)
+    raise TypeError(f"not plain data: {t.__qualname__}")

@@ -1,0 +1,201 @@
+"""The evaluation index: a cache of the few fields that listings need.
+
+``memostore log`` on a store with many evaluations would otherwise read every
+evaluation document. The index is an append-only file, ``index/evaluations``,
+with one JSON line per evaluation: its id and the fields of its record that
+listings show (function, status, start time, duration, arguments summary,
+parents). An evaluation document never changes (its id names its content), so
+an entry can never go stale; it can only be missing, and a missing entry is
+rebuilt from the document on the next listing. The refs, not the index, say
+which evaluations exist.
+
+Concurrency: every append is a single ``write`` on a file opened with
+``O_APPEND``, so lines from concurrent writers do not interleave. A line torn by
+a crash fails to parse and is skipped (its entry is rebuilt later). ``gc`` and
+``fsck`` rewrite the file through a temp file and an atomic rename; an append
+that races with the rename may be lost, which costs a document read later,
+never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import MemostoreError
+from .objects import is_object_id
+
+if TYPE_CHECKING:
+    from .store import Store
+
+INDEX_DIRNAME = "index"
+INDEX_FILENAME = "evaluations"
+ENTRY_VERSION = 1
+
+# Record fields copied into an entry. Everything else stays in the document.
+_FIELDS = (
+    "function",
+    "key",
+    "status",
+    "started",
+    "duration_s",
+    "parents",
+    "hparams",
+    "args_summary",
+    "result_summary",
+    "logs",
+)
+
+
+def index_path(store: Store) -> Path | None:
+    """Where the index of *store* lives; None for an in-memory store."""
+    if store.root is None:
+        return None
+    return store.root / INDEX_DIRNAME / INDEX_FILENAME
+
+
+def entry_from_body(evaluation_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """The index entry of one evaluation, from its record."""
+    entry: dict[str, Any] = {"v": ENTRY_VERSION, "id": evaluation_id}
+    for name in _FIELDS:
+        entry[name] = body.get(name)
+    error = body.get("error")
+    entry["error"] = error.get("type") if isinstance(error, Mapping) else None
+    return entry
+
+
+def record(store: Store, evaluation_id: str, body: Mapping[str, Any]) -> None:
+    """Add one evaluation to the index (call right after publishing its ref).
+
+    Never raises: the index is a cache, and failing to extend it must not fail
+    the call that recorded the evaluation.
+    """
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        _append(store, [entry_from_body(evaluation_id, body)])
+
+
+def load(store: Store) -> dict[str, dict[str, Any]]:
+    """Every well-formed entry of the index, by evaluation id."""
+    path = index_path(store)
+    if path is None:
+        return {}
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    if not lines:
+        return {}
+    try:
+        # One parse of the whole file is several times faster than one per line.
+        parsed = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        parsed = []
+        for line in lines:
+            try:
+                parsed.append(json.loads(line))
+            except ValueError:
+                continue  # a line torn by a crash: its entry is rebuilt on demand
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in parsed:
+        if _well_formed(entry):
+            entries[entry["id"]] = entry
+    return entries
+
+
+def lookup(
+    store: Store,
+    evaluation_ids: Iterable[str],
+    entries: dict[str, dict[str, Any]] | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Entries for *evaluation_ids*, reading (and indexing) the documents the index lacks.
+
+    Args:
+        store: the store.
+        evaluation_ids: the evaluations wanted.
+        entries: the loaded index, when the caller has it already.
+
+    Returns:
+        (entries by id, problems by id) where a problem says why an evaluation
+        document could not be read (missing or damaged).
+    """
+    known = load(store) if entries is None else entries
+    found: dict[str, dict[str, Any]] = {}
+    problems: dict[str, str] = {}
+    new: list[dict[str, Any]] = []
+    for evaluation_id in evaluation_ids:
+        entry = known.get(evaluation_id)
+        if entry is None:
+            try:
+                body = store.evaluation(evaluation_id).body
+            except MemostoreError as exc:
+                problems[evaluation_id] = str(exc)
+                continue
+            entry = entry_from_body(evaluation_id, body)
+            known[evaluation_id] = entry
+            new.append(entry)
+        found[evaluation_id] = entry
+    if new:
+        with contextlib.suppress(OSError):
+            _append(store, new)
+    return found, problems
+
+
+def rewrite(store: Store, entries: Iterable[Mapping[str, Any]]) -> int:
+    """Replace the index with *entries* (atomically); return how many were written."""
+    path = index_path(store)
+    if path is None:
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{INDEX_FILENAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    count = 0
+    try:
+        with open(tmp, "wb") as f:
+            for entry in entries:
+                f.write(_line(entry))
+                count += 1
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return count
+
+
+def _append(store: Store, entries: list[dict[str, Any]]) -> None:
+    path = index_path(store)
+    if path is None:
+        return
+    data = b"".join(_line(e) for e in entries)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        # One write per batch: O_APPEND keeps concurrent writers' lines whole.
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+    finally:
+        os.close(fd)
+
+
+def _line(entry: Mapping[str, Any]) -> bytes:
+    text = json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str)
+    return text.encode("utf-8") + b"\n"
+
+
+def _well_formed(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and entry.get("v") == ENTRY_VERSION
+        and isinstance(entry.get("id"), str)
+        and is_object_id(entry["id"])
+        and isinstance(entry.get("function"), str)
+    )

@@ -1,0 +1,395 @@
+"""Store maintenance: ``fsck`` (find damage) and ``gc`` (free what nothing references).
+
+Both walk the object graph through each document's ``links``, so neither needs
+to understand any kind of document.
+
+gc and concurrent writers: an evaluation being recorded by another process
+writes its objects first and publishes its ref last, so for a while its
+objects are unreachable. gc therefore never deletes an object younger than the
+grace period (by file modification time), nor a temp file younger than it, and
+it re-reads the refs after marking so that a ref published meanwhile keeps its
+objects. Writers that reuse an object already present must refresh its time
+for the grace period to cover it (see ``docs/cli.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import index
+from .errors import MalformedObject, MemostoreError, ObjectNotFound
+from .objects import Doc, is_doc_bytes, new_hasher
+
+if TYPE_CHECKING:
+    from .store import Store
+
+DEFAULT_GRACE_S = 3600.0
+DEFAULT_QUARANTINE_AGE_S = 14 * 24 * 3600.0
+_READ_CHUNK = 8 << 20
+# Reading a document this large whole is fine; larger objects are streamed.
+_DOC_READ_MAX = 64 << 20
+
+# progress(phase, done, total): called as work advances; total may be None.
+Progress = Callable[[str, int, "int | None"], None]
+
+
+def _no_progress(phase: str, done: int, total: int | None) -> None:
+    return None
+
+
+@dataclass
+class Problem:
+    """One thing fsck found wrong."""
+
+    kind: str  # "object" or "ref"
+    name: str  # object id or ref name
+    message: str
+    path: str | None = None
+
+    def __str__(self) -> str:
+        where = f" ({self.path})" if self.path else ""
+        return f"{self.kind} {self.name}{where}: {self.message}"
+
+
+@dataclass
+class FsckReport:
+    """What fsck checked and found."""
+
+    objects: int = 0
+    bytes: int = 0
+    refs: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    index: str = "ok"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
+
+
+@dataclass
+class GcReport:
+    """What gc freed (or, with dry_run, would free)."""
+
+    dry_run: bool = False
+    reachable: int = 0
+    deleted: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    kept_young: int = 0
+    tmp_removed: int = 0
+    tmp_bytes: int = 0
+    quarantine_removed: int = 0
+    quarantine_bytes: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    index_entries: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["objects_deleted"] = len(self.deleted)
+        return data
+
+
+# -- fsck ------------------------------------------------------------------------------------
+def _read_and_hash(store: Store, object_id: str) -> tuple[str, bytes | None, int]:
+    """(actual digest, the bytes when the object is a document, size), streaming blobs."""
+    path = store.objects.blob_path(object_id)
+    if path is None:
+        data = _raw_bytes(store, object_id)
+        hasher = new_hasher(len(data))
+        hasher.update(data)
+        return hasher.hexdigest(), data if is_doc_bytes(data) else None, len(data)
+    size = os.stat(path).st_size
+    hasher = new_hasher(size)
+    with open(path, "rb") as f:
+        first = f.read(min(size, _DOC_READ_MAX) if size else _READ_CHUNK)
+        hasher.update(first)
+        doc = is_doc_bytes(first)
+        parts = [first] if doc else []
+        while chunk := f.read(_READ_CHUNK):
+            hasher.update(chunk)
+            if doc:
+                parts.append(chunk)
+    return hasher.hexdigest(), b"".join(parts) if doc else None, size
+
+
+def _raw_bytes(store: Store, object_id: str) -> bytes:
+    # Not get_bytes: that would quarantine a damaged object, and fsck only reports.
+    return store.objects._read_raw(object_id)
+
+
+def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = True) -> FsckReport:
+    """Check every object's digest, every document's links and every ref's target.
+
+    fsck changes nothing but the evaluation index, which it rebuilds when it is
+    missing or disagrees with the evaluations found (it is a cache).
+    """
+    report = FsckReport()
+    ids = list(store.objects.iter_ids())
+    present = set(ids)
+    bad: set[str] = set()
+    links: dict[str, tuple[set[str], set[str]]] = {}
+    evaluations: dict[str, dict[str, Any]] = {}
+    for done, object_id in enumerate(ids):
+        progress("objects", done, len(ids))
+        path = store.objects.blob_path(object_id)
+        where = str(path) if path else None
+        try:
+            actual, data, size = _read_and_hash(store, object_id)
+        except (ObjectNotFound, FileNotFoundError):
+            present.discard(object_id)  # deleted while we ran (gc): not damage
+            continue
+        report.objects += 1
+        report.bytes += size
+        if actual != object_id:
+            bad.add(object_id)
+            report.problems.append(
+                Problem("object", object_id, f"corrupt: its bytes hash to {actual}", where)
+            )
+            continue
+        if data is None:
+            continue
+        try:
+            doc = Doc.parse(data, object_id)
+        except MemostoreError as exc:
+            bad.add(object_id)
+            report.problems.append(Problem("object", object_id, f"malformed: {exc}", where))
+            continue
+        links[object_id] = (doc.links.docs, doc.links.blobs)
+        if doc.kind == "evaluation":
+            evaluations[object_id] = doc.body
+    progress("objects", len(ids), len(ids))
+    for object_id, (docs, blobs) in links.items():
+        missing = sorted((docs | blobs) - present)
+        for target in missing:
+            report.problems.append(Problem("object", object_id, f"links missing object {target}"))
+    _check_refs(store, report, present, bad, links, progress)
+    if rebuild_index:
+        report.index = _refresh_index(store, evaluations)
+    return report
+
+
+def _check_refs(
+    store: Store,
+    report: FsckReport,
+    present: set[str],
+    bad: set[str],
+    links: dict[str, tuple[set[str], set[str]]],
+    progress: Progress,
+) -> None:
+    damaged = getattr(store.refs, "iter_damaged", None)
+    if damaged is not None:
+        for name, reason in damaged():
+            report.problems.append(Problem("ref", name, reason))
+    refs = list(store.refs.iter(""))
+    for done, (name, target) in enumerate(refs):
+        progress("refs", done, len(refs))
+        report.refs += 1
+        if target not in present:
+            report.problems.append(Problem("ref", name, f"points to missing object {target}"))
+            continue
+        if target in bad:
+            report.problems.append(Problem("ref", name, f"points to damaged object {target}"))
+            continue
+        unreachable = _broken_below(target, present, bad, links)
+        if unreachable:
+            shown = ", ".join(unreachable[:3]) + (" …" if len(unreachable) > 3 else "")
+            report.problems.append(
+                Problem(
+                    "ref", name, f"reaches {len(unreachable)} missing or damaged object(s): {shown}"
+                )
+            )
+    progress("refs", len(refs), len(refs))
+
+
+def _broken_below(
+    root: str, present: set[str], bad: set[str], links: dict[str, tuple[set[str], set[str]]]
+) -> list[str]:
+    broken, seen, stack = [], {root}, [root]
+    while stack:
+        docs, blobs = links.get(stack.pop(), (set(), set()))
+        for target in docs | blobs:
+            if target in seen:
+                continue
+            seen.add(target)
+            if target not in present or target in bad:
+                broken.append(target)
+            elif target in docs:
+                stack.append(target)
+    return sorted(broken)
+
+
+def _refresh_index(store: Store, evaluations: dict[str, dict[str, Any]]) -> str:
+    if store.root is None:
+        return "ok"
+    wanted = {eid: index.entry_from_body(eid, body) for eid, body in evaluations.items()}
+    current = index.load(store)
+    if current == wanted:
+        return "ok"
+    try:
+        count = index.rewrite(store, wanted.values())
+    except OSError as exc:
+        return f"could not rebuild ({exc})"
+    return f"rebuilt ({count} evaluations)"
+
+
+# -- gc ---------------------------------------------------------------------------------------
+class _Marker:
+    """Marks objects reachable from refs, reading each document once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.marked: set[str] = set()
+        self.unreadable: set[str] = set()
+
+    def mark_from(self, roots: Iterable[str], progress: Progress) -> None:
+        stack = [r for r in roots if r not in self.marked]
+        while stack:
+            object_id = stack.pop()
+            if object_id in self.marked:
+                continue
+            self.marked.add(object_id)
+            if len(self.marked) % 1000 == 0:
+                progress("mark", len(self.marked), None)
+            docs = self._linked_docs(object_id)
+            stack.extend(d for d in docs if d not in self.marked)
+
+    def _linked_docs(self, object_id: str) -> set[str]:
+        objects = self.store.objects
+        path = objects.blob_path(object_id)
+        if path is not None:
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                if not is_doc_bytes(f.read(16)):
+                    return set()  # a blob links nothing
+        try:
+            doc = objects.get_doc(object_id)
+        except ObjectNotFound:
+            self.unreadable.add(object_id)
+            return set()
+        except MalformedObject:
+            return set()  # a blob named by a ref (memory stores have no header to peek at)
+        except MemostoreError:
+            # Damaged (now quarantined) or not a document: what it linked is
+            # unknown; a recompute rewrites anything that gets freed.
+            self.unreadable.add(object_id)
+            return set()
+        self.marked.update(doc.links.blobs)
+        return set(doc.links.docs)
+
+
+def _ref_targets(store: Store) -> list[str]:
+    damaged = getattr(store.refs, "iter_damaged", None)
+    if damaged is not None:
+        for name, reason in damaged():
+            raise MemostoreError(
+                f"gc stopped before deleting anything: ref {name} is damaged ({reason}); "
+                "delete or repair that ref file, then run gc again"
+            )
+    return [target for _, target in store.refs.iter("")]
+
+
+def _age_s(path: Path | None, now: float) -> float:
+    if path is None:
+        return float("inf")  # in-memory objects have no writer in another process
+    try:
+        return now - os.lstat(path).st_mtime
+    except FileNotFoundError:
+        return float("inf")
+
+
+def gc(
+    store: Store,
+    *,
+    grace_s: float = DEFAULT_GRACE_S,
+    dry_run: bool = False,
+    quarantine_age_s: float = DEFAULT_QUARANTINE_AGE_S,
+    progress: Progress = _no_progress,
+) -> GcReport:
+    """Delete objects no ref reaches, stale temp files and old quarantined objects.
+
+    Args:
+        store: the store.
+        grace_s: objects and temp files younger than this are kept (they may
+            belong to an evaluation another process is recording).
+        dry_run: report what would be freed; delete nothing.
+        quarantine_age_s: quarantined (damaged) objects older than this are deleted.
+        progress: progress callback ``(phase, done, total)``.
+
+    Raises:
+        MemostoreError: a ref is damaged (nothing is deleted then).
+    """
+    report = GcReport(dry_run=dry_run)
+    marker = _Marker(store)
+    marker.mark_from(_ref_targets(store), progress)
+    ids = list(store.objects.iter_ids())
+    # Refs published while we marked keep their objects too.
+    marker.mark_from(_ref_targets(store), progress)
+    report.reachable = len(marker.marked & set(ids))
+    report.unreadable = sorted(marker.unreadable)
+    now = time.time()
+    kept: set[str] = set()
+    for done, object_id in enumerate(ids):
+        progress("sweep", done, len(ids))
+        if object_id in marker.marked:
+            kept.add(object_id)
+            continue
+        if _age_s(store.objects.blob_path(object_id), now) < grace_s:
+            report.kept_young += 1
+            kept.add(object_id)
+            continue
+        try:
+            size = store.objects.size_of(object_id)
+        except ObjectNotFound:
+            continue
+        if not dry_run:
+            store.objects.delete(object_id)
+        report.deleted.append(object_id)
+        report.bytes_freed += size
+    progress("sweep", len(ids), len(ids))
+    if store.root is not None:
+        report.tmp_removed, report.tmp_bytes = _remove_old_files(
+            store.root / "tmp", now - grace_s, dry_run
+        )
+        report.quarantine_removed, report.quarantine_bytes = _remove_old_files(
+            store.root / "quarantine", now - quarantine_age_s, dry_run
+        )
+        if not dry_run and report.deleted:
+            entries = index.load(store)
+            with contextlib.suppress(OSError):
+                report.index_entries = index.rewrite(
+                    store, (e for eid, e in entries.items() if eid in kept)
+                )
+    return report
+
+
+def _remove_old_files(directory: Path, older_than: float, dry_run: bool) -> tuple[int, int]:
+    """Delete regular files in *directory* last modified before *older_than*."""
+    count = size = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0, 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if not entry.is_file(follow_symlinks=False) or st.st_mtime >= older_than:
+            continue
+        if not dry_run:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+        count += 1
+        size += st.st_size
+    return count, size

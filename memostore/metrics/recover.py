@@ -1,0 +1,171 @@
+"""Recovering journals whose process died before sealing them.
+
+A process killed while it logs (SIGKILL, out-of-memory, power loss) leaves its
+journal in ``journal/``. The next process that logs into the store, and the
+CLI before it lists evaluations, seals such a journal and records the
+evaluation it belonged to as ``interrupted``, with the points it had flushed.
+
+A journal is orphaned when its ``flock`` can be taken (its writer is gone; the
+kernel drops the lock of a dead process) and, if it was written on another
+machine, when it has not been touched for :data:`REMOTE_STALE_S` (a live
+writer touches it every minute; locks need not be visible across machines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MemostoreWarning
+from ..objects import Links
+from . import journal as jr
+from .seal import json_safe, seal
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+REMOTE_STALE_S = 600.0
+# A temp file older than this belongs to a journal whose creation was cut short.
+_TMP_STALE_S = 3600.0
+
+
+def recover_orphans(store: Store) -> list[str]:
+    """Seal every orphaned journal of *store*; the ids of the evaluations recorded.
+
+    Safe to call from many processes at once: each journal is sealed by the one
+    process that holds its lock. Never raises for a damaged journal (it warns).
+    """
+    if store.root is None:
+        return []
+    directory = store.root / "journal"
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    recorded: list[str] = []
+    now = time.time()
+    for name in sorted(names):
+        path = directory / name
+        if name.startswith("tmp-"):
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > _TMP_STALE_S:
+                    path.unlink()
+            continue
+        if not name.endswith(jr.JOURNAL_SUFFIX):
+            continue
+        try:
+            evaluation_id = _recover_one(store, path, now)
+        except Exception as exc:
+            warnings.warn(
+                f"memostore: could not recover the metric journal {path}: {exc}",
+                MemostoreWarning,
+                stacklevel=2,
+            )
+            continue
+        if evaluation_id:
+            recorded.append(evaluation_id)
+    return recorded
+
+
+def _recover_one(store: Store, path: Path, now: float) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None  # its writer is alive
+        try:
+            # The writer may have sealed and removed it between our open and lock.
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                return None
+        except FileNotFoundError:
+            return None
+        mtime = os.fstat(fd).st_mtime
+        contents = jr.parse(jr._read_all(fd))
+        header = contents.header
+        if header is None:
+            if now - mtime > _TMP_STALE_S:
+                path.unlink()
+            return None
+        host = (header.get("process") or {}).get("host")
+        if host != socket.gethostname() and now - mtime < REMOTE_STALE_S:
+            return None  # maybe alive on another machine
+        evaluation_id = _record(store, header, contents, mtime)
+        path.unlink()
+        return evaluation_id
+    finally:
+        os.close(fd)
+
+
+def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: float) -> str:
+    from ..evaluation import evaluation_doc, failed_ref_name
+    from ..objects import canonical_json
+    from ..refs import ref_part
+
+    logs_id = seal(store.objects, contents)
+    process = dict(header.get("process") or {})
+    started = float(header.get("started") or mtime)
+    ended = contents.last_wall or mtime
+    function = header.get("function") or "run:unknown"
+    key = header.get("key")
+    hparams = {k: json_safe(v) for k, v in (header.get("hparams") or {}).items()}
+    fields: dict[str, Any] = {
+        "function": function,
+        "key": key,
+        "code": None,
+        "code_digest": None,
+        "version": None,
+        "args": None,
+        "hparams": hparams,
+        "args_summary": {},
+        "result": None,
+        "result_summary": None,
+        "status": "interrupted",
+        "error": {
+            "type": "memostore.ProcessDied",
+            "message": (
+                f"process {process.get('pid')} on {process.get('host')} ended before the "
+                "evaluation finished (killed?); the metrics it had flushed are kept"
+            ),
+            "traceback": "",
+        },
+        "started": started,
+        "duration_s": max(0.0, ended - started),
+        "provenance": {**process, "recovered_by": jr.describe_process()},
+        "parents": [],
+        "payloads": {},
+        "logs": logs_id,
+    }
+    canonical_json(fields)  # fail here, before anything is published, if not JSON-safe
+    doc = evaluation_doc(fields, Links())
+    store.objects.add_doc(doc)
+    store.objects.sync()
+    if key:
+        name = failed_ref_name(function, key)
+        # Keep the newest failure: an orphan found late must not hide a newer one.
+        while True:
+            old = store.refs.read(name)
+            if old is not None and _started(store, old) > started:
+                break
+            if store.refs.set_if_equals(name, old, doc.id):
+                break
+    else:
+        script = function.split(":", 1)[-1]
+        store.refs.set(f"runs/{ref_part(script)}/{doc.id}", doc.id)
+    return doc.id
+
+
+def _started(store: Store, evaluation_id: str) -> float:
+    try:
+        return float(store.evaluation(evaluation_id).body.get("started") or 0.0)
+    except Exception:
+        return 0.0

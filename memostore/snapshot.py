@@ -1,0 +1,226 @@
+"""Files and directories as content-addressed values.
+
+``snapshot(path)`` hashes a file or a directory tree *now* and returns a
+:class:`Snapshot`: a value whose digest is its content (names, bytes and the
+executable bit), never its location or timestamps. Returned from a memoised
+function (say, one that downloads a data set), the files are stored as blobs;
+restoring materialises them under the store's ``checkouts/`` directory as
+read-only hard links to the stored objects (copies where links are not
+possible), so a store that was pulled serves the data offline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .codecs import Codec, register_codec
+from .errors import CorruptObject, DecodeError, EncodeError, MemostoreError
+from .objects import canonical_json, digest_bytes, new_hasher
+
+_READ_CHUNK = 16 << 20
+
+
+@dataclass(frozen=True)
+class SnapshotEntry:
+    """One file of a snapshot: its path relative to the root, content id, size, mode."""
+
+    relpath: str
+    blob: str
+    size: int
+    executable: bool
+
+
+class Snapshot:
+    """The content of a file or directory at the moment it was taken.
+
+    Attributes:
+        path: where the files are now (the original location, or the
+            materialised checkout after a restore).
+        name: the base name of the snapshotted file or directory.
+        is_dir: whether the snapshot is a directory tree.
+        entries: the files, sorted by relative path.
+    """
+
+    def __init__(
+        self, path: Path, name: str, is_dir: bool, entries: tuple[SnapshotEntry, ...]
+    ) -> None:
+        self.path = Path(path)
+        self.name = name
+        self.is_dir = is_dir
+        self.entries = entries
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        kind = "directory" if self.is_dir else "file"
+        return f"<Snapshot {kind} {self.name!r}: {len(self.entries)} files, {self.size} bytes>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (self.name, self.is_dir, self.entries) == (other.name, other.is_dir, other.entries)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.is_dir, self.entries))
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+    def files(self) -> Iterator[Path]:
+        """Paths of every file, in order."""
+        for entry in self.entries:
+            yield self.path / entry.relpath if self.is_dir else self.path
+
+
+def _hash_file(path: Path) -> tuple[str, int]:
+    size = path.stat().st_size
+    hasher = new_hasher(size)
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ_CHUNK):
+            hasher.update(chunk)
+    return hasher.hexdigest(), size
+
+
+def _entry(path: Path, relpath: str) -> SnapshotEntry:
+    blob, size = _hash_file(path)
+    executable = bool(path.stat().st_mode & stat.S_IXUSR)
+    return SnapshotEntry(relpath, blob, size, executable)
+
+
+def snapshot(path: str | os.PathLike[str]) -> Snapshot:
+    """Take a content-addressed snapshot of a file or a directory tree.
+
+    Symbolic links are followed; empty directories are not recorded. Files
+    that change after the snapshot is taken are detected when it is stored.
+    """
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise MemostoreError(f"cannot snapshot {root}: no such file or directory")
+    root = root.resolve()
+    if root.is_file():
+        return Snapshot(root, root.name, False, (_entry(root, root.name),))
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames.sort()
+        for filename in sorted(filenames):
+            full = Path(dirpath) / filename
+            entries.append(_entry(full, full.relative_to(root).as_posix()))
+    entries.sort(key=lambda e: e.relpath)
+    return Snapshot(root, root.name, True, tuple(entries))
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ_CHUNK):
+            yield chunk
+
+
+class SnapshotCodec(Codec):
+    """Stores a snapshot as a list of (path, blob, size, executable) entries."""
+
+    tag = "snapshot"
+    types = (Snapshot,)
+
+    def encode(self, snap: Snapshot, enc: Any) -> dict[str, Any]:
+        entries = []
+        for entry, source in zip(snap.entries, snap.files(), strict=True):
+            try:
+                blob = enc.blob(
+                    lambda source=source: _file_chunks(source), entry.size, known_id=entry.blob
+                )
+            except CorruptObject:
+                raise EncodeError(
+                    f"{source} changed after snapshot() was taken; take the snapshot again"
+                ) from None
+            except FileNotFoundError:
+                raise EncodeError(
+                    f"{source} was deleted after snapshot() was taken; take the snapshot again"
+                ) from None
+            entries.append([entry.relpath, blob, entry.size, entry.executable])
+        return {"name": snap.name, "dir": snap.is_dir, "entries": entries}
+
+    def fingerprint(self, snap: Snapshot) -> Any:
+        # A Snapshot's content is fixed when it is taken, so its digest never changes.
+        return ("snapshot", snap.name, snap.is_dir, snap.entries)
+
+    def decode(self, node: dict[str, Any], dec: Any) -> Snapshot:
+        entries = tuple(SnapshotEntry(p, b, s, x) for p, b, s, x in node["entries"])
+        tree_id = digest_bytes(canonical_json(node))
+        root = _checkout_root(dec.objects, tree_id)
+        target = root / node["name"]
+        if not _complete(root):
+            _materialise(dec.objects, node, entries, root)
+        return Snapshot(target, node["name"], node["dir"], entries)
+
+    def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        return {
+            "type": "snapshot",
+            "name": node["name"],
+            "files": len(node["entries"]),
+            "bytes": sum(e[2] for e in node["entries"]),
+        }
+
+
+def _checkout_root(objects: Any, tree_id: str) -> Path:
+    base = getattr(objects, "root", None)
+    if base is None:
+        base = Path(tempfile.gettempdir()) / "memostore-checkouts"
+    return Path(base) / "checkouts" / tree_id[:32]
+
+
+def _complete(root: Path) -> bool:
+    return (root / ".complete").exists()
+
+
+def _materialise(objects: Any, node: dict[str, Any], entries: tuple, root: Path) -> None:
+    """Lay the files out in a temp dir, then rename it into place (atomic)."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".checkout-", dir=root.parent))
+    try:
+        target = staging / node["name"]
+        for entry in entries:
+            dest = target / entry.relpath if node["dir"] else target
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _place(objects, entry, dest)
+        (staging / ".complete").write_text("")
+        try:
+            os.rename(staging, root)
+        except OSError:
+            # Another process materialised the same tree first: use theirs.
+            if not _complete(root):
+                raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _place(objects: Any, entry: SnapshotEntry, dest: Path) -> None:
+    problem = objects.verify(entry.blob)
+    if problem is not None:
+        if problem == "missing":
+            raise DecodeError(f"the stored copy of {entry.relpath} is missing")
+        objects.quarantine(entry.blob)
+        raise DecodeError(f"the stored copy of {entry.relpath} is corrupt: {problem}")
+    source = objects.blob_path(entry.blob)
+    linked = False
+    if source is not None and not entry.executable:
+        with contextlib.suppress(OSError):
+            os.link(source, dest)
+            linked = True
+    if not linked:
+        data = objects.get_bytes(entry.blob)
+        dest.write_bytes(data)
+        os.chmod(dest, 0o555 if entry.executable else 0o444)
+
+
+register_codec(SnapshotCodec())

@@ -1,0 +1,1 @@
+"""A small project whose code digests the tests check."""

@@ -1,0 +1,53 @@
+"""Shared fixtures: temporary stores and running scripts in fresh processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest_s3 import s3_bucket, s3_server  # noqa: F401  (real S3-API server fixtures)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty store directory, made the default store through $MEMOSTORE_DIR."""
+    path = tmp_path / "store"
+    monkeypatch.setenv("MEMOSTORE_DIR", str(path))
+    return path
+
+
+def run_script(
+    path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    check: bool = True,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run a Python script in a fresh interpreter (memoisation across processes)."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, str(path), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=str(cwd or path.parent),
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{path.name} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
+    return proc
+
+
+def write_script(directory: Path, name: str, source: str) -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(source))
+    return path

@@ -1,0 +1,605 @@
+"""Code digests: which edits change them, which do not, and what the closure holds.
+
+The edit table runs the fixture project in ``tests/code_projects/basic`` in a
+fresh interpreter per variant (each with its own ``PYTHONHASHSEED``), since
+digests must agree across processes, not only within one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import dis
+import enum
+import functools
+import importlib
+import json
+import logging
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import CodeType
+
+import blake3
+import pytest
+
+from memostore import _code_source
+from memostore.code_deps import CodeInfo, Dependency, code_info, ignore_global, is_user_module
+
+REPO = Path(__file__).resolve().parents[1]
+BASIC = Path(__file__).resolve().parent / "code_projects" / "basic"
+HEX64 = set("0123456789abcdef")
+
+# (name, file, old text, new text, should the digest of f change)
+EDITS = [
+    ("f body", "pkg/mod_a.py", 'total + OPS["double"](x)', 'total - OPS["double"](x)', True),
+    ("f comment", "pkg/mod_a.py", '    log.debug("f called")\n',
+     '    log.debug("f called")  # say so\n    # and a comment line\n', False),
+    ("f blank line", "pkg/mod_a.py", "    squares =", "\n    squares =", False),
+    ("f docstring", "pkg/mod_a.py", '"""Combine everything."""', '"""Combine all of it."""', False),
+    ("f reformatted", "pkg/mod_a.py", "total = g(x) + h(x) + mb.h2(x)",
+     "total = (\n        g(x)\n        + h(x)\n        + mb.h2(x)\n    )", False),
+    ("helper g", "pkg/mod_a.py", "return x - K\n", "return x - K - 1\n", True),
+    ("constant K", "pkg/mod_a.py", "\nK = 3\n", "\nK = 4\n", True),
+    ("h, from-import", "pkg/mod_b.py", "return x + 1", "return x + 2", True),
+    ("h2, import-as", "pkg/mod_b.py", "return x * 2", "return x * 3", True),
+    ("unrelated in mod_a", "pkg/mod_a.py", "return x * 1000", "return x * 2000", False),
+    ("unrelated in mod_b", "pkg/mod_b.py", "return x - 100", "return x - 200", False),
+    ("base class method", "pkg/mod_a.py", "return x * self.scale", "return x * self.scale * 2", True),
+    ("base class attribute", "pkg/mod_a.py", "scale = 2", "scale = 3", True),
+    ("global in nested function", "pkg/mod_a.py", "NESTED_K = 7", "NESTED_K = 8", True),
+    ("global in comprehension", "pkg/mod_a.py", "COMP_K = 11", "COMP_K = 12", True),
+    ("constant of a lambda in a table", "pkg/mod_a.py", "TABLE_K = 5", "TABLE_K = 6", True),
+    ("lambda in a table", "pkg/mod_a.py", "lambda x: x * x", "lambda x: x ** 2", True),
+]
+
+
+def _env(extra_path: Path, seed: str | int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(extra_path)])
+    env["PYTHONHASHSEED"] = str(seed)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _run(args: list[str], cwd: Path, seed: str | int, stdin: str | None = None) -> dict:
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=_env(cwd, seed),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _variant(root: Path, name: str, edits: list[tuple[str, str, str]]) -> Path:
+    target = root / name.replace(" ", "_").replace(",", "")
+    shutil.copytree(BASIC, target, ignore=shutil.ignore_patterns("__pycache__"))
+    for file, old, new in edits:
+        path = target / file
+        text = path.read_text()
+        assert text.count(old) == 1, f"{old!r} must occur once in {file}"
+        path.write_text(text.replace(old, new))
+    return target
+
+
+@pytest.fixture(scope="module")
+def edit_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Run the baseline (three hash seeds) and every edit, in parallel processes."""
+    root = tmp_path_factory.mktemp("code_projects")
+    jobs: dict[str, tuple[Path, int]] = {}
+    for seed in (0, 1, 4242):
+        jobs[f"baseline seed {seed}"] = (_variant(root, f"baseline_{seed}", []), seed)
+    for name, file, old, new, _ in EDITS:
+        jobs[name] = (_variant(root, name, [(file, old, new)]), random.randrange(1, 2**31))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = {name: pool.submit(_run, ["run.py"], cwd, seed) for name, (cwd, seed) in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def test_baseline_is_stable_across_processes_and_hash_seeds(edit_results: dict[str, dict]) -> None:
+    runs = [edit_results[f"baseline seed {seed}"] for seed in (0, 1, 4242)]
+    for name in ("f", "is_even", "is_odd"):
+        assert len({run[name]["digest"] for run in runs}) == 1, name
+        assert len({json.dumps(run[name]["deps"], sort_keys=True) for run in runs}) == 1, name
+
+
+@pytest.mark.parametrize(("name", "changes"), [(e[0], e[4]) for e in EDITS])
+def test_edit_changes_digest_exactly_when_behaviour_changes(
+    edit_results: dict[str, dict], name: str, changes: bool
+) -> None:
+    before = edit_results["baseline seed 0"]["f"]["digest"]
+    after = edit_results[name]["f"]["digest"]
+    assert (before != after) is changes
+
+
+def test_edit_shows_in_the_changed_dependency(edit_results: dict[str, dict]) -> None:
+    base = edit_results["baseline seed 0"]["f"]["deps"]
+    changed = edit_results["helper g"]["f"]["deps"]
+    differing = {s for s in base if base[s][1] != changed[s][1]}
+    assert differing == {"pkg.mod_a:g"}
+    changed = edit_results["constant of a lambda in a table"]["f"]["deps"]
+    assert {s for s in base if base[s][1] != changed[s][1]} == {"pkg.mod_a:TABLE_K"}
+
+
+def test_closure_lists_every_dependency_with_source(edit_results: dict[str, dict]) -> None:
+    deps = edit_results["baseline seed 0"]["f"]["deps"]
+    code = {
+        "pkg.mod_a:f": "function",
+        "pkg.mod_a:g": "function",
+        "pkg.mod_b:h": "function",
+        "pkg.mod_b:h2": "function",
+        "pkg.mod_a:Sub": "class",
+        "pkg.mod_a:Base": "class",
+        "pkg.mod_a:OPS['double']": "function",
+        "pkg.mod_a:OPS['square']": "function",
+    }
+    constants = ["pkg.mod_a:K", "pkg.mod_a:NESTED_K", "pkg.mod_a:COMP_K", "pkg.mod_a:TABLE_K",
+                 "pkg.mod_a:OPS"]
+    for symbol, kind in code.items():
+        assert deps[symbol][0] == kind, symbol
+        assert deps[symbol][2], f"{symbol} has no source"
+    for symbol in constants:
+        assert deps[symbol][0] == "constant", symbol
+    assert deps["pkg.mod_a:K"][2] == "K = 3"
+    assert "def g(x):" in deps["pkg.mod_a:g"][2]
+    assert "class Base:" in deps["pkg.mod_a:Base"][2]
+    assert deps["pkg.mod_a:OPS['double']"][2] == "lambda x: x * TABLE_K"
+    # The logger is recorded by type, not hashed by value.
+    assert deps["pkg.mod_a:log"][0] == "object"
+    assert deps["pkg.mod_a:log"][1] == blake3.blake3(b"logging.Logger").hexdigest()
+    assert deps["python"][0] == "python"
+    assert "pkg.mod_a:unrelated" not in deps
+    assert "pkg.mod_b:unused_b" not in deps
+    for kind, digest, _ in deps.values():
+        assert len(digest) == 64 and set(digest) <= HEX64
+
+
+def test_mutual_recursion_terminates_with_distinct_roots(edit_results: dict[str, dict]) -> None:
+    run = edit_results["baseline seed 0"]
+    assert set(run["is_even"]["deps"]) == set(run["is_odd"]["deps"])
+    assert run["is_even"]["digest"] != run["is_odd"]["digest"]
+    assert run["is_even"]["symbol"] == "pkg.mod_a:is_even"
+
+
+def test_main_module_functions_with_and_without_source(tmp_path: Path) -> None:
+    script = (BASIC / "main_script.py").read_text()
+    variants = {
+        "same": script,
+        "comment": script.replace("# the answer", "# the answer, reworded"),
+        "constant": script.replace("SCALE = 3", "SCALE = 4"),
+        "body": script.replace("helper(x) + 1", "helper(x) + 2"),
+    }
+    jobs = {}
+    for name, text in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "main_script.py").write_text(text)
+        jobs[f"file {name}"] = (["main_script.py"], folder, None)
+        # From stdin there is no source: the bytecode is hashed instead.
+        jobs[f"stdin {name}"] = (["-"], folder, text)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = {
+            name: pool.submit(_run, args, cwd, random.randrange(1, 2**31), stdin)
+            for name, (args, cwd, stdin) in jobs.items()
+        }
+        out = {name: future.result()["digest"] for name, future in futures.items()}
+    again = _run(["main_script.py"], tmp_path / "same", 7)
+    assert again["symbol"] == "__main__:main_fn"
+    assert set(again["deps"]) == {"__main__:main_fn", "__main__:helper", "__main__:SCALE"}
+    for how in ("file", "stdin"):
+        assert out[f"{how} comment"] == out[f"{how} same"], how
+        assert out[f"{how} constant"] != out[f"{how} same"], how
+        assert out[f"{how} body"] != out[f"{how} same"], how
+    assert again["digest"] == out["file same"]
+
+
+# -- in-process tests on modules written to a temporary directory -------------------------------
+
+
+@pytest.fixture
+def make_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Write and import a module under a name unique to the test."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names: list[str] = []
+    prefix = f"cdtest_{abs(hash(str(tmp_path))) % 10**8}_"
+
+    def make(name: str, source: str):
+        full = prefix + name
+        (tmp_path / f"{full}.py").write_text(textwrap.dedent(source).replace("MOD_", prefix))
+        importlib.invalidate_caches()
+        names.append(full)
+        return importlib.import_module(full)
+
+    yield make
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def test_result_shape(make_module) -> None:
+    mod = make_module("shape", "def f(x):\n    return x\n")
+    info = code_info(mod.f)
+    assert isinstance(info, CodeInfo)
+    assert info.symbol == f"{mod.__name__}:f"
+    assert set(info.deps) == {info.symbol}
+    root = info.deps[info.symbol]
+    assert isinstance(root, Dependency) and root.kind == "function"
+    assert root.source == "def f(x):\n    return x\n"
+    assert len(info.digest) == 64 and set(info.digest) <= HEX64
+
+
+def test_repeated_calls_are_cached_and_cheap(make_module) -> None:
+    mod = make_module(
+        "cached",
+        """
+        import logging
+        K = 1
+        TABLE = [1, 2]
+        log = logging.getLogger("x")
+        def g(x):
+            return x + K
+        def f(x):
+            log.info("f")
+            return g(x) + len(TABLE) + sum(TABLE)
+        """,
+    )
+    first = code_info(mod.f)
+    assert code_info(mod.f) is first
+    n = 2000
+    start = time.perf_counter()
+    for _ in range(n):
+        code_info(mod.f)
+    per_call = (time.perf_counter() - start) / n
+    assert per_call < 20e-6, f"{per_call * 1e6:.1f} us per cached call"
+    # A mutable logger does not invalidate anything.
+    mod.log.setLevel(logging.DEBUG)
+    mod.log.info("hello")
+    assert code_info(mod.f) is first
+
+
+def test_rebinding_a_global_at_run_time_is_seen(make_module) -> None:
+    mod = make_module(
+        "rebind",
+        """
+        K = 1
+        TABLE = [1, 2]
+        def g(x):
+            return x + K
+        def f(x):
+            return g(x) + sum(TABLE)
+        """,
+    )
+    first = code_info(mod.f).digest
+    mod.K = 2  # as when a notebook cell is run again
+    second = code_info(mod.f).digest
+    assert second != first
+    mod.K = 1
+    assert code_info(mod.f).digest == first
+    mod.TABLE.append(3)  # a mutable constant changed in place
+    assert code_info(mod.f).digest != first
+    mod.TABLE.pop()
+    assert code_info(mod.f).digest == first
+    original_g = mod.g
+    exec("def g(x):\n    return x - K\n", mod.__dict__)  # a helper redefined
+    assert code_info(mod.f).digest != first
+    mod.g = original_g
+    assert code_info(mod.f).digest == first
+
+
+def test_replaced_code_of_the_root_is_seen(make_module) -> None:
+    mod = make_module("patched", "def f(x):\n    return x + 1\ndef f2(x):\n    return x + 2\n")
+    first = code_info(mod.f).digest
+    mod.f.__code__ = mod.f2.__code__  # what %autoreload does
+    assert code_info(mod.f).digest != first
+
+
+def test_ignore_global(make_module) -> None:
+    mod = make_module(
+        "ignored",
+        """
+        from memostore.code_deps import ignore_global
+        VERBOSE = 1
+        CACHE = {}
+        @ignore_global
+        def debug(x):
+            return x
+        def f(x):
+            debug(x)
+            CACHE[x] = x
+            return x * VERBOSE
+        """,
+    )
+    info = code_info(mod.f)
+    assert f"{mod.__name__}:debug" not in info.deps
+    assert f"{mod.__name__}:VERBOSE" in info.deps
+    ignore_global(f"{mod.__name__}:VERBOSE")
+    ignore_global(mod.CACHE)
+    ignored = code_info(mod.f)
+    assert set(ignored.deps) == {f"{mod.__name__}:f"}
+    mod.VERBOSE = 2
+    mod.CACHE[1] = 1
+    assert code_info(mod.f).digest == ignored.digest
+
+
+def test_ignore_global_by_bare_name(make_module) -> None:
+    mod = make_module("ignored_name", "NOISE_LEVEL_XYZ = 1\ndef f():\n    return NOISE_LEVEL_XYZ\n")
+    first = code_info(mod.f).digest
+    ignore_global("NOISE_LEVEL_XYZ")
+    mod.NOISE_LEVEL_XYZ = 5
+    assert f"{mod.__name__}:NOISE_LEVEL_XYZ" not in code_info(mod.f).deps
+    assert code_info(mod.f).digest != first
+
+
+def test_state_and_objects_are_not_hashed_by_value(make_module) -> None:
+    mod = make_module(
+        "state",
+        """
+        import threading
+        CALLS = 0
+        LOCK = threading.Lock()
+        class Writer:
+            def write(self, x):
+                return x
+        WRITER = Writer()
+        def bump():
+            global CALLS
+            CALLS += 1
+        def f(x):
+            with LOCK:
+                WRITER.write(x)
+            return x + CALLS
+        """,
+    )
+    info = code_info(mod.f)
+    name = mod.__name__
+    assert info.deps[f"{name}:CALLS"].kind == "object"  # rebound with ``global``
+    assert info.deps[f"{name}:LOCK"].kind == "object"
+    assert info.deps[f"{name}:WRITER"].kind == "object"
+    assert info.deps[f"{name}:Writer"].kind == "class"  # the object's class is code
+    mod.bump()
+    mod.WRITER = mod.Writer()
+    assert code_info(mod.f).digest == info.digest
+
+
+def test_closures_defaults_and_partials(make_module) -> None:
+    mod = make_module(
+        "closures",
+        """
+        import functools
+        def make(k):
+            def add(x, scale=2, *, shift=k):
+                return x * scale + k + shift
+            return add
+        add1 = make(1)
+        add2 = make(2)
+        def f(x):
+            return add1(x) + add2(x)
+        def base(x, y):
+            return x + y
+        part = functools.partial(base, 1)
+        """,
+    )
+    assert code_info(mod.add1).digest != code_info(mod.add2).digest
+    info = code_info(mod.f)
+    symbols = [s for s in info.deps if "make.<locals>.add" in s]
+    assert len(symbols) == 2  # two closures of one code, told apart
+    p1 = code_info(mod.part)
+    assert p1.symbol == f"functools.partial({mod.__name__}:base)"
+    assert code_info(functools.partial(mod.base, 2)).digest != p1.digest
+    assert f"{mod.__name__}:base" in p1.deps
+
+
+def test_methods_classes_and_wrapped_functions(make_module) -> None:
+    mod = make_module(
+        "classes",
+        """
+        import dataclasses
+        import enum
+        import functools
+        LIMIT = 10
+        class Color(enum.Enum):
+            RED = 1
+            BLUE = 2
+        @dataclasses.dataclass
+        class Config:
+            lr: float = 0.1
+            color: Color = Color.RED
+        class Model:
+            def forward(self, x):
+                return self.helper(x)
+            def helper(self, x):
+                return min(x, LIMIT)
+            @staticmethod
+            def make():
+                return Model()
+            @property
+            def size(self):
+                return LIMIT
+        def timed(fn):
+            @functools.wraps(fn)
+            def wrapper(*a, **k):
+                return fn(*a, **k)
+            return wrapper
+        @timed
+        def decorated(x):
+            return x + LIMIT
+        def uses(x):
+            return decorated(x) + Config().lr
+        """,
+    )
+    name = mod.__name__
+    method = code_info(mod.Model.forward)
+    assert method.symbol == f"{name}:Model.forward"
+    assert f"{name}:Model" in method.deps  # a method depends on its class
+    assert f"{name}:LIMIT" in method.deps  # through helper, a sibling method
+    assert code_info(mod.Model().forward).digest == method.digest  # bound method
+    cls = code_info(mod.Model)
+    assert cls.deps[f"{name}:Model"].kind == "class"
+    uses = code_info(mod.uses)
+    assert f"{name}:decorated" in uses.deps  # the user's function inside the wrapper
+    assert f"{name}:timed.<locals>.wrapper" in uses.deps
+    assert f"{name}:Config" in uses.deps and f"{name}:Color" in uses.deps
+    # Enum and dataclass internals are deterministic: same digest when rebuilt.
+    again = code_info(mod.Config)
+    assert again.digest == code_info(mod.Config).digest
+
+
+def test_third_party_and_stdlib_are_pinned(make_module) -> None:
+    mod = make_module(
+        "pinned",
+        """
+        import json
+        import numpy as np
+        from collections import OrderedDict
+        def f(x):
+            return np.asarray(json.loads(x)), OrderedDict()
+        """,
+    )
+    deps = code_info(mod.f).deps
+    version = importlib.metadata.version("numpy")
+    assert deps["dist:numpy"].digest == blake3.blake3(f"numpy=={version}".encode()).hexdigest()
+    assert deps["dist:numpy"].kind == "distribution" and deps["dist:numpy"].source is None
+    assert deps["python"].kind == "python"
+    assert set(deps) == {f"{mod.__name__}:f", "dist:numpy", "python"}
+    import numpy as np
+
+    assert set(code_info(np.asarray).deps) >= {"dist:numpy"}
+
+
+def test_imports_inside_the_body(make_module) -> None:
+    helper = make_module("inner_helper", "SCALE = 2\ndef h(x):\n    return x * SCALE\n")
+    mod = make_module(
+        "inner_import",
+        """
+        def f(x):
+            import MOD_inner_helper as ih
+            from MOD_inner_helper import SCALE
+            return ih.h(x) + SCALE
+        """,
+    )
+    deps = code_info(mod.f).deps
+    assert f"{helper.__name__}:h" in deps
+    assert f"{helper.__name__}:SCALE" in deps
+
+
+def test_is_user_module(make_module) -> None:
+    import json as stdlib_json
+
+    import memostore
+    import numpy
+
+    mod = make_module("user", "X = 1\n")
+    assert is_user_module(mod)
+    assert is_user_module(sys.modules["__main__"])
+    assert is_user_module(sys.modules[__name__])
+    assert not is_user_module(stdlib_json)
+    assert not is_user_module(sys)
+    assert not is_user_module(numpy)
+    assert not is_user_module(memostore)
+    assert not is_user_module("json")
+
+
+def test_code_info_rejects_non_code() -> None:
+    with pytest.raises(TypeError, match="code_info"):
+        code_info(3)
+
+
+# -- building blocks ---------------------------------------------------------------------------
+
+
+def _reference_chains(code: CodeType) -> set[tuple[str, ...]]:
+    """Global attribute chains read with ``dis``, to check the fast scanner against."""
+    chains: set[tuple[str, ...]] = set()
+    for c in _code_source._code_tree(code):
+        chain: list[str] | None = None
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("CACHE", "EXTENDED_ARG"):
+                continue
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                if chain:
+                    chains.add(tuple(chain))
+                chain = [ins.argval]
+            elif chain is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                chain.append(ins.argval)
+            elif chain is not None:
+                chains.add(tuple(chain))
+                chain = None
+        if chain:
+            chains.add(tuple(chain))
+    return chains
+
+
+@pytest.mark.parametrize("module_name", ["argparse", "json.decoder", "dataclasses", "logging"])
+def test_fast_scanner_agrees_with_dis(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    code = compile(Path(module.__file__).read_text(), module.__file__, "exec")
+    facts_chains: set[tuple[str, ...]] = set()
+    for c in _code_source._code_tree(code):
+        found: dict[tuple[str, ...], None] = {}
+        _code_source._scan_fast(c, found, set())
+        facts_chains.update(found)
+    assert facts_chains == _reference_chains(code)
+
+
+def test_bytecode_digest_ignores_lines_and_docstrings() -> None:
+    def compiled(src: str) -> CodeType:
+        namespace: dict = {}
+        exec(compile(textwrap.dedent(src), "<test>", "exec"), namespace)
+        return namespace["f"].__code__
+
+    base = compiled("def f(x):\n    y = x + 1\n    return y\n")
+    moved = compiled("\n\n\ndef f(x):\n    '''Doc.'''\n\n    y = x + 1  # c\n    return y\n")
+    other = compiled("def f(x):\n    y = x + 2\n    return y\n")
+    assert _code_source.bytecode_digest(base) == _code_source.bytecode_digest(moved)
+    assert _code_source.bytecode_digest(base) != _code_source.bytecode_digest(other)
+
+
+def test_normalised_dump_drops_docstrings_only() -> None:
+    import ast
+
+    a = ast.parse('def f():\n    "doc"\n    return 1\n')
+    b = ast.parse("def f():\n    return 1\n")
+    c = ast.parse('def f():\n    return "doc"\n')
+    dump = _code_source.normalised_dump
+    assert dump(a) == dump(b) != dump(c)
+
+
+def test_values_hash_by_content_not_order(make_module) -> None:
+    mod = make_module(
+        "values",
+        """
+        SET = {"b", "a", "c"}
+        D1 = {"x": 1, "y": 2}
+        def f():
+            return SET, D1
+        """,
+    )
+    first = code_info(mod.f).digest
+    mod.D1 = {"y": 2, "x": 1}
+    mod.SET = {"c", "a", "b"}
+    assert code_info(mod.f).digest == first
+    mod.D1 = {"y": 2, "x": 1.0}
+    assert code_info(mod.f).digest != first
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    a: int
+
+
+class _Mode(enum.Enum):
+    A = 1
+
+
+def test_this_module_is_user_code() -> None:
+    info = code_info(test_this_module_is_user_code)
+    assert info.symbol == f"{__name__}:test_this_module_is_user_code"

@@ -1,0 +1,200 @@
+"""Tensor blobs: one tensor's bytes as a safetensors file, written and read without copies.
+
+The blob of a tensor holds exactly one entry, named ``tensor``::
+
+    8 bytes   little-endian length N of the header
+    N bytes   canonical JSON header (sorted keys, no spaces), padded with spaces
+              so that the data starts at a multiple of 8
+    ...       the tensor's bytes in C order
+
+Everything in the file is a function of the tensor's dtype, shape and bytes, so
+equal tensors give the same blob (and id) in any process: a blob is written
+once and shared by every value that holds the same data. The header is built
+here rather than by ``safetensors.torch.save`` so that hashing and writing stream
+straight from the tensor's memory.
+
+Restoring memory-maps a large blob copy-on-write and checks its digest once per
+process; the tensor then lives in the mapping (the page cache), so a large result
+is never held twice in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import blake3
+import torch
+from memostore.errors import CorruptObject, MalformedObject
+
+from .dtypes import BlobLayout, dtype_name, layout_for
+
+TENSOR_KEY = "tensor"
+# Tensors are streamed in pieces of this size when they must be copied first
+# (non-contiguous or not in host memory), so a copy never doubles a large tensor.
+STREAM_CHUNK = 64 << 20
+# Blobs at least this large are memory-mapped; smaller ones are read into memory
+# (a mapping per tiny tensor would exhaust the process's map count).
+MMAP_MIN_BYTES = 1 << 20
+
+Buffer = bytes | bytearray | memoryview
+Producer = Callable[[], Iterable[Buffer]]
+
+# blob id -> (inode, size, mtime) of the file already checked in this process.
+# Store files are written once and never modified, so a checked file stays good.
+_verified: dict[str, tuple[int, int, int]] = {}
+_verified_lock = threading.Lock()
+
+
+def header_bytes(layout: BlobLayout, nbytes: int) -> bytes:
+    """The length prefix and header of a one-tensor safetensors file."""
+    entry = {"dtype": layout.code, "shape": list(layout.shape), "data_offsets": [0, nbytes]}
+    header: dict[str, Any] = {TENSOR_KEY: entry}
+    if layout.metadata:
+        header["__metadata__"] = dict(layout.metadata)
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("ascii")
+    text += b" " * (-(8 + len(text)) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def data_nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def tensor_producer(t: torch.Tensor) -> tuple[Producer, int]:
+    """A producer of *t*'s blob (header, then bytes in C order) and the blob's size.
+
+    The tensor's memory is read in place when it is a contiguous host tensor;
+    otherwise it is copied piecewise, :data:`STREAM_CHUNK` bytes at a time.
+    """
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    nbytes = data_nbytes(t)
+    header = header_bytes(layout_for(t.dtype, tuple(t.shape), nbytes), nbytes)
+
+    def produce() -> Iterator[Buffer]:
+        yield header
+        if nbytes:
+            yield from _tensor_chunks(t)
+
+    return produce, len(header) + nbytes
+
+
+def bytes_producer(raw: torch.Tensor) -> tuple[Producer, int]:
+    """A producer for a 1-D uint8 tensor of raw storage bytes, as a ``U8`` blob."""
+    nbytes = raw.numel()
+    header = header_bytes(BlobLayout("U8", (nbytes,)), nbytes)
+
+    def produce() -> Iterator[Buffer]:
+        yield header
+        if nbytes:
+            yield from _tensor_chunks(raw)
+
+    return produce, len(header) + nbytes
+
+
+def _tensor_chunks(t: torch.Tensor) -> Iterator[memoryview]:
+    if t.device.type == "cpu" and t.is_contiguous():
+        yield _host_view(t)
+        return
+    if t.is_contiguous():
+        # A device tensor: copy it to the host a piece at a time.
+        flat = t.reshape(-1)
+        step = max(1, STREAM_CHUNK // max(1, t.element_size()))
+        for start in range(0, flat.numel(), step):
+            yield _host_view(flat[start : start + step].cpu())
+        return
+    if t.dim() == 0:
+        yield _host_view(t.contiguous().cpu())
+        return
+    # Non-contiguous: whole slices along the first dimension, each made contiguous.
+    row_bytes = max(1, data_nbytes(t[0]) if t.shape[0] else 1)
+    rows = max(1, STREAM_CHUNK // row_bytes)
+    for start in range(0, t.shape[0], rows):
+        yield _host_view(t[start : start + rows].contiguous().cpu())
+
+
+def _host_view(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous host tensor, without copying."""
+    if t.numel() == 0:
+        return memoryview(b"")
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+# -- reading ------------------------------------------------------------------------------
+def read_tensor(dec: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    """The tensor stored in blob *blob_id*, checked against its id, on the host.
+
+    A large blob is memory-mapped copy-on-write: writing to the tensor never
+    touches the store. A small one is read into a fresh buffer.
+    """
+    buf = _open_blob(dec, blob_id)
+    start, count = _parse_header(buf, blob_id, dtype, shape)
+    if count == 0:
+        return torch.empty(shape, dtype=dtype)
+    flat = torch.frombuffer(buf, dtype=torch.uint8, count=count, offset=start)
+    return flat.view(dtype).reshape(shape)
+
+
+def _open_blob(dec: Any, blob_id: str) -> Any:
+    path = dec.blob_path(blob_id)
+    if path is not None:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size >= MMAP_MIN_BYTES:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+                _verify_mapping(dec, blob_id, mapped, (st.st_ino, st.st_size, st.st_mtime_ns))
+                return mapped
+    return dec.objects.get_bytearray(blob_id)
+
+
+def _verify_mapping(dec: Any, blob_id: str, mapped: mmap.mmap, stamp: tuple[int, int, int]) -> None:
+    with _verified_lock:
+        if _verified.get(blob_id) == stamp:
+            return
+    actual = blake3.blake3(memoryview(mapped), max_threads=blake3.blake3.AUTO).hexdigest()
+    if actual != blob_id:
+        mapped.close()
+        path = dec.blob_path(blob_id)
+        dec.objects.quarantine(blob_id)
+        raise CorruptObject(blob_id, actual, str(path) if path else None)
+    with _verified_lock:
+        _verified[blob_id] = stamp
+
+
+def _parse_header(
+    buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]
+) -> tuple[int, int]:
+    """Check the blob's header against the node; return (data start, data size)."""
+    try:
+        (length,) = struct.unpack("<Q", bytes(buf[:8]))
+        header = json.loads(bytes(buf[8 : 8 + length]))
+        entry = header[TENSOR_KEY]
+        begin, end = entry["data_offsets"]
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        raise MalformedObject(f"blob {blob_id} is not a tensor blob: {exc}") from exc
+    nbytes = end - begin
+    numel = 1
+    for n in shape:
+        numel *= n
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    layout = layout_for(dtype, tuple(shape), numel * itemsize)
+    if (
+        entry["dtype"] != layout.code
+        or tuple(entry["shape"]) != layout.shape
+        or nbytes != numel * itemsize
+        or 8 + length + end != len(buf)
+    ):
+        raise MalformedObject(
+            f"blob {blob_id} holds {entry['dtype']}{entry['shape']}, "
+            f"not the {dtype_name(dtype)}{list(shape)} its value describes"
+        )
+    return 8 + length + begin, nbytes

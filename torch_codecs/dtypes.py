@@ -1,0 +1,92 @@
+"""Names of torch dtypes in stored nodes, and how each is laid out in a safetensors blob.
+
+A node names a dtype by its torch name without the ``torch.`` prefix
+(``"bfloat16"``), which is stable across torch versions. The blob of a tensor is
+a safetensors file; safetensors has a code for most dtypes. The others are
+written in a form safetensors can still read, with the torch dtype recorded in
+the file's ``__metadata__``:
+
+* complex dtypes without a code (``complex128``, ``complex32``) as their real
+  and imaginary parts, a trailing dimension of 2 (``F64``/``F16``);
+* anything else (``float4_e2m1fn_x2``, bit-packed ``uint1``..``uint7``, ...) as
+  raw bytes (``U8``, shape ``[nbytes]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# torch dtype -> safetensors dtype code, for dtypes laid out as they are.
+_NATIVE_NAMES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+    "complex64": "C64",
+    "uint64": "U64",
+    "uint32": "U32",
+    "uint16": "U16",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "float8_e4m3fnuz": "F8_E4M3FNUZ",
+    "float8_e5m2fnuz": "F8_E5M2FNUZ",
+    "float8_e8m0fnu": "F8_E8M0",
+}
+# Complex dtypes without a code: stored as pairs of this real code.
+_COMPLEX_AS_PAIRS = {"complex128": "F64", "complex32": "F16"}
+
+
+@dataclass(frozen=True)
+class BlobLayout:
+    """How one tensor's bytes are described in its safetensors header.
+
+    Attributes:
+        code: the safetensors dtype code.
+        shape: the shape written in the header.
+        metadata: ``__metadata__`` entries (empty when the layout is the tensor's own).
+    """
+
+    code: str
+    shape: tuple[int, ...]
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The stored name of *dtype* (``torch.float32`` -> ``"float32"``)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    """The torch dtype a stored name denotes; ValueError when this torch lacks it."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(
+            f"this torch ({torch.__version__}) has no dtype {name!r}; "
+            "restore the value with the torch version that stored it"
+        )
+    return dtype
+
+
+def layout_for(dtype: torch.dtype, shape: tuple[int, ...], nbytes: int) -> BlobLayout:
+    """The header description of a tensor of *dtype* and *shape* taking *nbytes*."""
+    name = dtype_name(dtype)
+    code = _NATIVE_NAMES.get(name)
+    if code is not None:
+        return BlobLayout(code, shape)
+    meta = (("torch.dtype", name), ("torch.shape", _shape_text(shape)))
+    pair_code = _COMPLEX_AS_PAIRS.get(name)
+    if pair_code is not None:
+        return BlobLayout(pair_code, (*shape, 2), meta)
+    return BlobLayout("U8", (nbytes,), meta)
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(n) for n in shape) + "]"
