@@ -46,7 +46,7 @@ CASES = {
     "value NaN": lambda: value_id(float("nan")),
     "value `np.arange(4, dtype=np.int32)`": lambda: value_id(np.arange(4, dtype=np.int32)),
     "arguments `n=3, lr=0.001`": lambda: args_id([("n", 3), ("lr", 0.001)]),
-    "key of `pkg.mod:train`, code `0`×64, those arguments, no version": lambda: call_key(
+    "key of `pkg.mod:train`, code `0` x 64, those arguments, no version": lambda: call_key(
         "pkg.mod:train", "0" * 64, args_id([("n", 3), ("lr", 0.001)]), None
     ),
 }

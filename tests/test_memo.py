@@ -52,7 +52,7 @@ def test_hit_returns_equal_fresh_objects(store_dir: Path) -> None:
         calls.append(n)
         return {"list": list(range(n)), "point": Point(n, ["a"]), "arr": np.arange(n)}
 
-    first = build(3)
+    build(3)
     second = build(3)
     third = build(3)
     assert calls == [3]
