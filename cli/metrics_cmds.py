@@ -2,17 +2,139 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+from pathlib import Path
+
 import click
+
+from memostore.errors import MemostoreError
+
+from .state import State, pass_state
 
 
 def register(group: click.Group) -> None:
     """Add the metric commands (``plot``, ``export tensorboard``) to *group*."""
     group.add_command(plot)
+    existing = group.commands.get("export")
+    if isinstance(existing, click.Group):
+        existing.add_command(export_tensorboard)
+    else:
+        group.add_command(export)
+
+
+def _logs_of(state: State, rev: str) -> tuple[str, str, str]:
+    """(evaluation id, function, logs id) of a revision; an error if it logged nothing."""
+    from memostore.evaluation import Evaluation
+
+    evaluation_id = state.resolve(rev)
+    evaluation = Evaluation.load(state.store, evaluation_id)
+    if not evaluation.logs_id:
+        raise MemostoreError(
+            f"evaluation {evaluation_id[:12]} ({evaluation.function}) logged no metrics; "
+            "`memostore log` lists evaluations"
+        )
+    return evaluation_id, evaluation.function, evaluation.logs_id
+
+
+def _short(function: str) -> str:
+    return function.split(":", 1)[-1].rsplit(".", 1)[-1]
 
 
 @click.command("plot")
 @click.argument("revs", nargs=-1, required=True)
-@click.option("--tag", "tags", multiple=True, required=True, help="Metric tag to plot.")
-def plot(revs: tuple[str, ...], tags: tuple[str, ...]) -> None:
-    """Plot metric curves of evaluations in the terminal."""
-    raise click.ClickException("plot is not available yet")
+@click.option("--tag", "tags", multiple=True, required=True, help="Metric tag (repeatable).")
+@click.option(
+    "--smooth",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="TensorBoard's smoothing weight (debiased EMA), in [0, 1).",
+)
+@click.option(
+    "--x",
+    "x_mode",
+    type=click.Choice(["step", "wall", "relative"]),
+    default="step",
+    show_default=True,
+    help="Horizontal axis: step, wall-clock time, or time since each curve's first point.",
+)
+@click.option("--width", type=click.IntRange(20), default=None, help="Columns (default: terminal).")
+@click.option("--height", type=click.IntRange(3), default=20, show_default=True, help="Rows.")
+@pass_state
+def plot(
+    state: State,
+    revs: tuple[str, ...],
+    tags: tuple[str, ...],
+    smooth: float,
+    x_mode: str,
+    width: int | None,
+    height: int,
+) -> None:
+    """Plot metric curves of one or more evaluations in the terminal.
+
+    REV is an evaluation id, a unique prefix, or a function name (its newest
+    evaluation), optionally NAME~N. Every (REV, TAG) pair is one curve.
+    """
+    import numpy as np
+
+    from memostore.metrics.plot import Curve, ema_smooth, render
+    from memostore.metrics.read import load_series
+
+    curves = []
+    for rev in revs:
+        evaluation_id, function, logs_id = _logs_of(state, rev)
+        for tag in tags:
+            try:
+                steps, values, walls = load_series(state.store, logs_id, tag)
+            except KeyError as exc:
+                raise MemostoreError(f"{rev}: {exc.args[0]}") from None
+            except ValueError as exc:
+                raise MemostoreError(f"{rev}: {exc}") from None
+            if x_mode == "step":
+                x = steps.astype(np.float64)
+            elif x_mode == "wall":
+                x = walls
+            else:
+                x = walls - walls[0] if len(walls) else walls
+            y = ema_smooth(values, smooth) if smooth else values
+            label = f"{_short(function)} {evaluation_id[:8]}"
+            if len(tags) > 1:
+                label += f" {tag}"
+            curves.append(Curve(f"{label}  ({len(values)} points)", x, y))
+    title = ", ".join(tags) + (f"  (smoothed {smooth:g})" if smooth else "")
+    columns = width or shutil.get_terminal_size((100, 24)).columns
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    click.echo(
+        render(curves, width=columns, height=height, x_mode=x_mode, color=color, title=title)
+    )
+
+
+@click.group("export")
+def export() -> None:
+    """Export evaluations to other tools' formats."""
+
+
+@export.command("tensorboard")
+@click.argument("revs", nargs=-1, required=True)
+@click.option(
+    "--logdir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write runs into (one sub-directory per evaluation).",
+)
+@pass_state
+def export_tensorboard(state: State, revs: tuple[str, ...], logdir: Path) -> None:
+    """Write TensorBoard event files for evaluations' logs (one run each).
+
+    Scalars, histograms, images, text and hyper-parameters go into the same
+    run directory. Needs the tensorboard package: pip install 'memostore[tensorboard]'.
+    """
+    from memostore.metrics import tb_export
+
+    tb_export.require_tensorboard()  # fail early, with the install hint, before resolving anything
+    ids = [_logs_of(state, rev)[0] for rev in revs]
+    for run_dir in tb_export.export_tensorboard(state.store, ids, logdir):
+        click.echo(str(run_dir))
+    click.echo(f"view with: tensorboard --logdir {logdir}", err=True)

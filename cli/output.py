@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -36,7 +37,12 @@ def age(timestamp: Any, now: float | None = None) -> str:
     seconds = (now if now is not None else time.time()) - timestamp
     if seconds < 0:
         return "just now"
-    for limit, unit, size in ((60, "s", 1), (3600, "m", 60), (86400, "h", 3600), (30 * 86400, "d", 86400)):
+    for limit, unit, size in (
+        (60, "s", 1),
+        (3600, "m", 60),
+        (86400, "h", 3600),
+        (30 * 86400, "d", 86400),
+    ):
         if seconds < limit:
             return f"{int(seconds // size)}{unit} ago"
     return time.strftime("%Y-%m-%d", time.localtime(timestamp))
@@ -77,8 +83,7 @@ class Output:
     """
 
     def __init__(self, force_plain: bool = False) -> None:
-        stream = click.get_text_stream("stdout")
-        self.rich = not force_plain and _isatty(stream)
+        self.rich = not force_plain and _isatty(sys.stdout)
         self._console: Any = None
 
     @property
@@ -99,6 +104,11 @@ class Output:
         else:
             click.echo(text)
 
+    def text(self, text: str) -> None:
+        """A block of plain lines, written at once."""
+        if text:
+            click.echo(text)
+
     def styled(self, parts: Sequence[tuple[str, str | None]]) -> None:
         """One line made of (text, style) parts."""
         if self.rich:
@@ -112,7 +122,18 @@ class Output:
             click.echo("".join(chunk for chunk, _ in parts))
 
     def json(self, data: Any) -> None:
-        click.echo(json.dumps(json_safe(data), indent=2, sort_keys=False, default=str))
+        """*data* as indented, strict JSON."""
+        click.echo(json.dumps(json_safe(data), indent=2, default=str))
+
+    def json_list(self, items: Sequence[Any]) -> None:
+        """A JSON list with one compact item per line (fast for long listings)."""
+        lines = []
+        for item in items:
+            try:
+                lines.append(_dumps(item))
+            except ValueError:  # a non-finite float somewhere: spell it as a string
+                lines.append(_dumps(json_safe(item)))
+        click.echo("[\n" + ",\n".join(lines) + "\n]" if lines else "[]")
 
     def heading(self, text: str) -> None:
         self.line(text, style="bold cyan")
@@ -138,7 +159,8 @@ class Output:
 
             table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
             for i, name in enumerate(columns):
-                table.add_column(name, style=(styles[i] if styles else None) or "", overflow="fold")
+                style = styles[i] if styles and i < len(styles) else None
+                table.add_column(name, style=style or "", overflow="fold")
             for row in rows:
                 table.add_row(*row)
             if indent:
@@ -154,7 +176,7 @@ class Output:
     @contextmanager
     def progress(self, description: str) -> Iterator[Callable[[str, int, int | None], None]]:
         """A progress callback ``(phase, done, total)``: a bar on a terminal, silent otherwise."""
-        if not _isatty(click.get_text_stream("stderr")):
+        if not _isatty(sys.stderr):
             yield lambda phase, done, total: None
             return
         from rich.console import Console
@@ -178,16 +200,20 @@ class Output:
             yield update
 
 
-def aligned(rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
-    """Rows as lines with space-padded columns (the last column is not padded)."""
+def padded(rows: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Rows with each cell padded to its column's width (the last cell is not padded)."""
     if not rows:
         return []
     widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(len(r) for r in rows))]
-    lines = []
-    for row in rows:
-        cells = [cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row)]
-        lines.append(gap.join(cells).rstrip())
-    return lines
+    return [
+        [cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row)]
+        for row in rows
+    ]
+
+
+def aligned(rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
+    """Rows as lines with space-padded columns."""
+    return [gap.join(cells).rstrip() for cells in padded(rows)]
 
 
 def csv_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -206,6 +232,10 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     lines.append("|" + "|".join("---" for _ in columns) + "|")
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _dumps(item: Any) -> str:
+    return json.dumps(item, allow_nan=False, default=str, separators=(", ", ": "))
 
 
 def _isatty(stream: Any) -> bool:
@@ -230,5 +260,6 @@ __all__ = [
     "json_safe",
     "markdown_table",
     "number",
+    "padded",
     "warn",
 ]

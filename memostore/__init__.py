@@ -13,6 +13,7 @@ from .errors import MemostoreError, MemostoreWarning
 from .evaluation import Evaluation
 from .hashcache import forget as forget_digest
 from .memoize import memo
+from .metrics import SummaryWriter, log
 from .snapshot import Snapshot, snapshot
 from .store import Store
 
@@ -25,8 +26,10 @@ __all__ = [
     "MemostoreWarning",
     "Snapshot",
     "Store",
+    "SummaryWriter",
     "__version__",
     "forget_digest",
+    "log",
     "memo",
     "register_codec",
     "snapshot",

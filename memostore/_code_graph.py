@@ -17,24 +17,19 @@ import dataclasses
 import enum
 import functools
 import importlib.util
-import operator
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from types import (
-    BuiltinFunctionType,
-    BuiltinMethodType,
     FunctionType,
-    MethodDescriptorType,
     MethodType,
-    MethodWrapperType,
     ModuleType,
-    WrapperDescriptorType,
 )
 from typing import Any
 
 import blake3
 
+from ._code_bytecode import LocalImport
 from ._code_modules import (
     PYTHON_SYMBOL,
     _under_library_root,
@@ -46,39 +41,36 @@ from ._code_modules import (
     module_of,
     python_digest,
 )
-from ._code_source import CodeFacts, LocalImport, class_source, code_facts, source_file
-
-__all__ = ["Closure", "Guards", "IgnoreRules", "hash_parts"]
-
-_MISSING = object()
-_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})
-_CONTAINERS = frozenset({list, tuple, set, frozenset, dict})
-_MUTABLE = frozenset({list, set, dict, OrderedDict})
-_BUILTIN_CALLABLES = (
-    BuiltinFunctionType,
-    BuiltinMethodType,
-    MethodDescriptorType,
-    MethodWrapperType,
-    WrapperDescriptorType,
+from ._code_source import (
+    CodeFacts,
+    class_source,
+    code_facts,
+    source_file,
 )
+from ._code_values import (
+    BUILTIN_CALLABLES,
+    CONTAINERS,
+    MISSING,
+    MUTABLE,
+    SCALARS,
+    Guards,
+    IgnoreRules,
+    Tree,
+    class_symbol,
+    encode_tree,
+    function_symbol,
+    hash_parts,
+    is_pure,
+    real_module,
+    render_constant,
+    type_name,
+)
+
+__all__ = ["Closure", "Node"]
+
+_CODE_LIKE = (FunctionType, type, ModuleType, functools.partial, MethodType)
 # Class attributes that record how the class was built, not what it does.
 _CLASS_INTERNALS = frozenset({"_abc_impl"})
-
-Tree = tuple[Any, ...]
-
-
-def hash_parts(parts: Iterable[str]) -> str:
-    """blake3 of length-prefixed strings (no two part lists hash alike by concatenation)."""
-    h = blake3.blake3()
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass")
-        h.update(b"%d:" % len(data))
-        h.update(data)
-    return h.hexdigest()
-
-
-def type_name(cls: type) -> str:
-    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls.__name__)}"
 
 
 class Node:
@@ -98,137 +90,6 @@ class Node:
         self.digest = ""
 
 
-class IgnoreRules:
-    """Globals that never enter a closure (see ``ignore_global``)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[int, Any] = {}
-        self.names: set[str] = set()  # "name" for any module
-        self.qualified: set[tuple[str, str]] = set()  # (module, name)
-        self.generation = 0
-
-    def add(self, obj_or_name: Any) -> None:
-        if isinstance(obj_or_name, str):
-            module, sep, name = obj_or_name.rpartition(":")
-            if sep:
-                self.qualified.add((module, name))
-            else:
-                self.names.add(name)
-        else:
-            self.objects[id(obj_or_name)] = obj_or_name
-        self.generation += 1
-
-    def has_object(self, value: Any) -> bool:
-        found = self.objects.get(id(value), _MISSING)
-        return found is value
-
-    def has_name(self, module: str | None, name: str) -> bool:
-        return name in self.names or (module, name) in self.qualified
-
-
-class Guards:
-    """What a closure read, so a cached result can be re-checked cheaply."""
-
-    def __init__(self) -> None:
-        # (id(namespace), key) -> (namespace, key, value read or _MISSING)
-        self.bindings: dict[tuple[int, str], tuple[Any, str, Any]] = {}
-        self.sizes: dict[int, tuple[Any, int]] = {}  # class dicts: entries added or removed
-        self.snapshots: list[tuple[Any, Any]] = []
-
-    def bind(self, mapping: Any, key: str, value: Any) -> None:
-        self.bindings.setdefault((id(mapping), key), (mapping, key, value))
-
-    def class_dict(self, cls: type) -> Any:
-        """Start watching a class's ``__dict__``; bind its entries one by one."""
-        proxy = cls.__dict__
-        self.sizes.setdefault(id(cls), (proxy, len(proxy)))
-        return proxy
-
-    def snapshot(self, value: Any) -> None:
-        self.snapshots.append((value, _copy_constant(value)))
-
-    def checker(self) -> Callable[[], bool]:
-        """A function that says whether everything the closure read is still as it was.
-
-        Runs on every memoised call, so each check is one C-level ``map``
-        over all bindings at once. Functions, classes and modules are compared
-        with ``==`` inside a tuple comparison (an identity test for them, and
-        the fastest one); constants and other objects with ``is``
-        (``1 == 1.0``, yet their digests differ).
-        """
-        by_value: list[tuple[Any, str, Any]] = []
-        by_identity: list[tuple[Any, str, Any]] = []
-        missing: list[tuple[Any, str, Any]] = []
-        for entry in self.bindings.values():
-            value = entry[2]
-            if value is _MISSING:
-                missing.append(entry)
-            elif _compares_by_value(value):
-                by_value.append(entry)
-            else:
-                by_identity.append(entry)
-        eq_maps, eq_keys, eq_values = _columns(by_value)
-        id_maps, id_keys, id_values = _columns(by_identity)
-        miss_maps, miss_keys, _ = _columns(missing)
-        proxies = tuple(proxy for proxy, _ in self.sizes.values())
-        sizes = [size for _, size in self.sizes.values()]
-        snapshot_values = tuple(value for value, _ in self.snapshots)
-        snapshot_copies = tuple(copy for _, copy in self.snapshots)
-        getitem, contains, is_, eq = operator.getitem, operator.contains, operator.is_, operator.eq
-
-        def still_valid() -> bool:
-            try:
-                return (
-                    tuple(map(getitem, eq_maps, eq_keys)) == eq_values
-                    and all(map(is_, map(getitem, id_maps, id_keys), id_values))
-                    and not any(map(contains, miss_maps, miss_keys))
-                    and list(map(len, proxies)) == sizes
-                    and all(map(eq, snapshot_values, snapshot_copies))
-                )
-            except Exception:  # a key deleted, an __eq__ that raises: rebuild
-                return False
-
-        return still_valid
-
-
-def _columns(entries: list[tuple[Any, str, Any]]) -> tuple[tuple[Any, ...], ...]:
-    return (
-        tuple(e[0] for e in entries),
-        tuple(e[1] for e in entries),
-        tuple(e[2] for e in entries),
-    )
-
-
-def _compares_by_value(value: Any) -> bool:
-    """Whether ``==`` on *value* is an identity test (functions, classes, modules)."""
-    return isinstance(value, (FunctionType, type, ModuleType, *_BUILTIN_CALLABLES))
-
-
-def _copy_constant(value: Any) -> Any:
-    t = type(value)
-    if t is list:
-        return [_copy_constant(v) for v in value]
-    if t is tuple:
-        return tuple(_copy_constant(v) for v in value)
-    if t in (dict, OrderedDict):
-        return t((k, _copy_constant(v)) for k, v in value.items())
-    if t in (set, frozenset):
-        return t(_copy_constant(v) for v in value)
-    return value
-
-
-def _is_pure(value: Any, depth: int = 0) -> bool:
-    """Plain data only: scalars in builtin containers (no functions, no objects)."""
-    t = type(value)
-    if t in _SCALARS:
-        return True
-    if t not in _CONTAINERS or depth > 64:
-        return False
-    if t is dict:
-        return all(_is_pure(k, depth + 1) and _is_pure(v, depth + 1) for k, v in value.items())
-    return all(_is_pure(v, depth + 1) for v in value)
-
-
 def _underlying_functions(value: Any) -> list[Any]:
     """The functions inside a class attribute (method, static/class method, property)."""
     if isinstance(value, FunctionType):
@@ -245,33 +106,12 @@ def _underlying_functions(value: Any) -> list[Any]:
 def _wrapped_of(value: Any) -> Any:
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
-        return attrs.get("__wrapped__", _MISSING)
-    return _MISSING
-
-
-def _real_module(func: FunctionType) -> str:
-    """The module whose code defines *func* (``__module__`` can be copied by ``wraps``)."""
-    name = func.__globals__.get("__name__")
-    if isinstance(name, str):
-        return name
-    return func.__module__ if isinstance(func.__module__, str) else "<unknown>"
-
-
-def function_symbol(func: FunctionType) -> str:
-    """``module:qualname`` of the code of *func*, even under a ``functools.wraps`` name."""
-    code = func.__code__
-    qualname = func.__qualname__
-    if qualname.rpartition(".")[2] != code.co_name:
-        qualname = getattr(code, "co_qualname", code.co_name)
-    return f"{_real_module(func)}:{qualname}"
-
-
-def class_symbol(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+        return attrs.get("__wrapped__", MISSING)
+    return MISSING
 
 
 def _container_label(key: Any) -> str:
-    text = repr(key) if type(key) in _SCALARS else f"<{type(key).__name__}>"
+    text = repr(key) if type(key) in SCALARS else f"<{type(key).__name__}>"
     return f"[{text}]" if len(text) <= 80 else "[...]"
 
 
@@ -300,10 +140,17 @@ class Closure:
     def _root_node(self, root: Any) -> Node:
         if isinstance(root, functools.partial):
             func = root.func
-            inner = function_symbol(func) if isinstance(func, FunctionType) else repr(func)
+            if isinstance(func, FunctionType):
+                inner = function_symbol(func)
+            else:
+                qualname = getattr(func, "__qualname__", type(func).__qualname__)
+                inner = f"{module_of(func)}:{qualname}"
             node = self._add(("partial", id(root)), "function", f"functools.partial({inner})", root)
             node.local = "partial"
-            node.source = repr(root)
+            node.source = (
+                f"functools.partial({inner}, *{render_constant(root.args)}, "
+                f"**{render_constant(root.keywords)})"
+            )
             node.refs.append(("func", self.tree(func, inner)))
             for i, arg in enumerate(root.args):
                 node.refs.append((f"arg:{i}", self.tree(arg, f"{inner}.<args>")))
@@ -316,7 +163,7 @@ class Closure:
             found = self.class_tree(root, None)
         else:
             found = ("external",)
-        if found[0] == "ref":
+        if found[0] == "ref" and found[1].kind in ("function", "class"):
             return found[1]
         # Not the user's code: the root is pinned by what owns it.
         module = module_of(root) or "<unknown>"
@@ -324,7 +171,7 @@ class Closure:
         kind = "class" if isinstance(root, type) else "function"
         node = self._add(("external-root", id(root)), kind, f"{module}:{qualname}", root)
         node.local = "external"
-        node.refs.append(("owner", found if found[0] != "external" else self.external_tree(module)))
+        node.refs.append(("owner", self.external_tree(module) if found[0] == "external" else found))
         return node
 
     # -- nodes --------------------------------------------------------------------------------
@@ -370,7 +217,7 @@ class Closure:
         return ("ref", node)
 
     def function_tree(self, func: FunctionType, hint: str | None) -> Tree:
-        module_name = _real_module(func)
+        module_name = real_module(func)
         module = sys.modules.get(module_name)
         if module is not None:
             user = is_user_module(module)
@@ -380,7 +227,7 @@ class Closure:
         if not user:
             found = self.external_tree(module_name)
             wrapped = _wrapped_of(func)
-            if wrapped is not _MISSING:
+            if wrapped is not MISSING:
                 return ("wrapper", found, self.tree(wrapped, hint))
             return found
         node = self._by_key.get(("function", id(func)))
@@ -419,7 +266,7 @@ class Closure:
         """A value that is not hashed: its type's name, and its type as a dependency."""
         found: Tree = ("object", type_name(type(value)), self.class_tree(type(value), None))
         wrapped = _wrapped_of(value)
-        if wrapped is not _MISSING:
+        if wrapped is not MISSING:
             found = ("wrapper", found, self.tree(wrapped, hint))
         return found
 
@@ -428,12 +275,12 @@ class Closure:
         if self.ignore.has_object(value):
             return ("ignored",)
         t = type(value)
-        if t in _SCALARS:
+        if t in SCALARS:
             return ("v", self.digest_value(value))
-        if t in _CONTAINERS or t is OrderedDict:
-            if t in _MUTABLE:
+        if t in CONTAINERS or t is OrderedDict:
+            if t in MUTABLE:
                 self._saw_mutable = True
-            if t is not OrderedDict and _is_pure(value):
+            if t is not OrderedDict and is_pure(value):
                 return ("v", self.digest_value(value))
             if id(value) in active:
                 return ("cycle",)
@@ -455,7 +302,7 @@ class Closure:
             if isinstance(owner, (type, ModuleType)):
                 return ("method", self.tree(value.__func__, hint), self.tree(owner, None))
             return ("method", self.tree(value.__func__, hint), self.object_tree(owner, None))
-        if isinstance(value, _BUILTIN_CALLABLES):
+        if isinstance(value, BUILTIN_CALLABLES):
             return (
                 "builtin",
                 getattr(value, "__qualname__", "?"),
@@ -512,10 +359,12 @@ class Closure:
     ) -> Tree:
         """A global read by the user's code: the object it names, or a constant node."""
         symbol = f"{module}:{name}"
-        if (
-            isinstance(value, (FunctionType, type, ModuleType, functools.partial, MethodType))
-            or isinstance(value, _BUILTIN_CALLABLES)
-        ) and name not in state:
+        if name not in state and (
+            isinstance(value, (*_CODE_LIKE, *BUILTIN_CALLABLES))
+            # A decorated function (``@memo``, ``lru_cache``): the wrapper's type
+            # and the user's function inside, which keeps the symbol.
+            or _wrapped_of(value) is not MISSING
+        ):
             return self.tree(value, symbol)
         key = ("binding", id(namespace), name)
         node = self._by_key.get(key)
@@ -533,7 +382,7 @@ class Closure:
             node = self._add(key, "constant", symbol, value)
             node.tree = found
             node.refs.append(("value", found))
-            node.source = f"{name} = {_render(value)}"
+            node.source = f"{name} = {render_constant(value)}"
             if self._saw_mutable:
                 self.guards.snapshot(value)
         return ("ref", node)
@@ -567,9 +416,9 @@ class Closure:
             if self.ignore.has_name(value.__name__, attr):
                 return
             inner = value.__dict__
-            found = inner.get(attr, _MISSING)
+            found = inner.get(attr, MISSING)
             self.guards.bind(inner, attr, found)
-            if found is _MISSING:
+            if found is MISSING:
                 break
             namespace, module, name, value = inner, value.__name__, attr, found
             state = self._module_state(inner)
@@ -580,16 +429,16 @@ class Closure:
 
     def _read_globals(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
         namespace = func.__globals__
-        module = _real_module(func)
+        module = real_module(func)
         state = self._module_state(namespace) | facts.stored_globals
         for chain in facts.chains:
             name = chain[0]
             if self.ignore.has_name(module, name):
                 continue
-            value = namespace.get(name, _MISSING)
+            value = namespace.get(name, MISSING)
             self.guards.bind(namespace, name, value)
             label = f"{prefix}global:{name}"
-            if value is _MISSING:
+            if value is MISSING:
                 builtins = namespace.get("__builtins__")
                 builtins = getattr(builtins, "__dict__", builtins)
                 if isinstance(builtins, dict) and name in builtins:
@@ -609,7 +458,7 @@ class Closure:
             name = _absolute(imp, func.__globals__)
             module = sys.modules.get(name) if name else None
             if name:
-                self.guards.bind(sys.modules, name, _MISSING if module is None else module)
+                self.guards.bind(sys.modules, name, MISSING if module is None else module)
             if module is None:
                 node.refs.append((label, self.unimported_tree(name) if name else ("unbound",)))
                 bound[local] = None
@@ -621,11 +470,11 @@ class Closure:
                 bound[local] = (module, sys.modules, module.__name__, module.__name__)
                 node.refs.append((label, self.module_tree(module)))
                 continue
-            value = module.__dict__.get(imp.attr, _MISSING)
+            value = module.__dict__.get(imp.attr, MISSING)
             self.guards.bind(module.__dict__, imp.attr, value)
-            if value is _MISSING:
-                value = sys.modules.get(f"{name}.{imp.attr}", _MISSING)
-            if value is _MISSING:
+            if value is MISSING:
+                value = sys.modules.get(f"{name}.{imp.attr}", MISSING)
+            if value is MISSING:
                 node.refs.append((label, ("unbound",)))
                 bound[local] = None
                 continue
@@ -665,7 +514,7 @@ class Closure:
         for name, value in sorted((func.__kwdefaults__ or {}).items()):
             node.refs.append((f"{prefix}kwdefault:{name}", self.tree(value, None)))
         wrapped = _wrapped_of(func)
-        if wrapped is not _MISSING:
+        if wrapped is not MISSING:
             node.refs.append((f"{prefix}wrapped", self.tree(wrapped, None)))
 
     # -- expansion ----------------------------------------------------------------------------
@@ -681,13 +530,25 @@ class Closure:
     def _expand_class(self, node: Node, cls: type) -> None:
         attrs = self.guards.class_dict(cls)
         own_prefix = cls.__qualname__ + "."
-        method_lines = [
-            (f.__code__.co_filename, f.__code__.co_firstlineno)
+        methods = [
+            f
             for value in attrs.values()
             for f in _underlying_functions(value)
             if isinstance(f, FunctionType) and f.__qualname__.startswith(own_prefix)
         ]
+        method_lines = [(f.__code__.co_filename, f.__code__.co_firstlineno) for f in methods]
         found = class_source(cls, method_lines)
+        if found is not None:
+            sf, statement = found
+            first, last = sf.span(statement)
+            inside = [
+                f
+                for f in methods
+                if f.__code__.co_filename == sf.filename
+                and first <= f.__code__.co_firstlineno <= last
+            ]
+            if not all(sf.matches(f.__code__) for f in inside):
+                found = None  # the file was edited after import: hash what runs
         span: tuple[str, int, int] | None = None
         if found is not None:
             sf, statement = found
@@ -744,9 +605,9 @@ class Closure:
             if node.digest:
                 continue
             if node.kind == "constant":
-                node.digest = _encode(node.tree)  # type: ignore[arg-type]
+                node.digest = encode_tree(node.tree)  # type: ignore[arg-type]
                 continue
-            entries = sorted(f"{label}={_encode(tree)}" for label, tree in node.refs)
+            entries = sorted(f"{label}={encode_tree(tree)}" for label, tree in node.refs)
             node.digest = hash_parts([node.kind, node.local, *entries])
 
 
@@ -771,7 +632,7 @@ def _owner_class(func: FunctionType) -> type | None:
     parts = func.__qualname__.split(".")
     if len(parts) < 2 or "<locals>" in parts:
         return None
-    owner: Any = sys.modules.get(_real_module(func))
+    owner: Any = sys.modules.get(real_module(func))
     for part in parts[:-1]:
         owner = getattr(owner, "__dict__", {}).get(part)
         if owner is None:
@@ -781,71 +642,3 @@ def _owner_class(func: FunctionType) -> type | None:
     if func not in _underlying_functions(owner.__dict__.get(parts[-1])):
         return None
     return owner
-
-
-def _encode(tree: Tree) -> str:
-    """Digest of a tree; unordered containers sort their entries by digest."""
-    tag = tree[0]
-    if tag == "v":
-        return tree[1]
-    if tag == "ref":
-        return hash_parts(["ref", tree[1].symbol])
-    if tag == "set":
-        return hash_parts(["set", tree[1], *sorted(_encode(t) for t in tree[2])])
-    if tag == "dict":
-        pairs = sorted(f"{_encode(k)}={_encode(v)}" for k, v in tree[1])
-        return hash_parts(["dict", *pairs])
-    if tag == "odict":
-        return hash_parts(["odict", *(f"{_encode(k)}={_encode(v)}" for k, v in tree[1])])
-    parts = [tag]
-    for child in tree[1:]:
-        if isinstance(child, str):
-            parts.append(child)
-        elif isinstance(child, tuple):
-            parts.append(_encode(child))
-        else:
-            parts.append(hash_parts(_encode(t) for t in child))
-    return hash_parts(parts)
-
-
-_RENDER_LIMIT = 4000
-
-
-def _render(value: Any) -> str:
-    """Readable, deterministic text of a constant for diffs (sets sorted, long text cut)."""
-    text = _render_inner(value, 0)
-    if len(text) > _RENDER_LIMIT:
-        text = f"{text[:_RENDER_LIMIT]}... ({len(text)} characters)"
-    return text
-
-
-def _render_inner(value: Any, depth: int) -> str:
-    t = type(value)
-    if t in _SCALARS:
-        return repr(value)
-    if depth > 20:
-        return "..."
-    if t is list:
-        return "[" + ", ".join(_render_inner(v, depth + 1) for v in value) + "]"
-    if t is tuple:
-        items = [_render_inner(v, depth + 1) for v in value]
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    if t in (set, frozenset):
-        items = sorted(_render_inner(v, depth + 1) for v in value)
-        body = "{" + ", ".join(items) + "}"
-        return body if t is set and items else f"{t.__name__}({body if items else ''})"
-    if t in (dict, OrderedDict):
-        items = ", ".join(
-            f"{_render_inner(k, depth + 1)}: {_render_inner(v, depth + 1)}"
-            for k, v in value.items()
-        )
-        return "{" + items + "}" if t is dict else f"OrderedDict({{{items}}})"
-    if isinstance(value, FunctionType):
-        return f"<function {function_symbol(value)}>"
-    if isinstance(value, type):
-        return f"<class {class_symbol(value)}>"
-    if isinstance(value, ModuleType):
-        return f"<module {value.__name__}>"
-    if isinstance(value, enum.Enum):
-        return f"{type(value).__qualname__}.{value.name}"
-    return f"<{type_name(t)}>"

@@ -8,6 +8,7 @@ the Python implementation and minor version.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.machinery
 import importlib.metadata
@@ -57,10 +58,8 @@ def _library_roots() -> tuple[Path, ...]:
     candidates.append(os.path.dirname(os.__file__))
     if hasattr(site, "getsitepackages"):
         candidates += site.getsitepackages()
-    try:
+    with contextlib.suppress(Exception):  # a stripped-down site module: the others still count
         candidates.append(site.getusersitepackages())
-    except Exception:  # a stripped-down site module; the other roots still count
-        pass
     roots: set[Path] = set()
     for candidate in candidates:
         if candidate:

@@ -1,4 +1,4 @@
-"""Source lookup, normalisation and bytecode scanning for code digests.
+"""Source lookup and normalisation for code digests.
 
 A function's or class's own digest is the digest of its syntax tree with
 docstrings, comments, formatting and line numbers left out. Where no source
@@ -13,9 +13,8 @@ process.
 from __future__ import annotations
 
 import ast
-import dis
-import inspect
 import linecache
+import os
 import sys
 import textwrap
 import threading
@@ -27,11 +26,16 @@ from typing import Any
 
 import blake3
 
+from ._code_bytecode import LocalImport, bytecode_digest, code_tree, scan_dis, scan_fast
+
 __all__ = [
     "CodeFacts",
     "SourceFile",
     "class_source",
     "code_facts",
+    "find_definition",
+    "normalised_dump",
+    "qualname_of",
     "source_file",
 ]
 
@@ -56,32 +60,40 @@ def normalised_dump(node: ast.AST) -> str:
     """A canonical text of *node*: no positions, comments, type comments or docstrings."""
     out: list[str] = []
     append = out.append
+    fields_of = _fields_of
 
     def dump(value: Any) -> None:
-        if isinstance(value, ast.AST):
-            append(type(value).__name__)
-            append("(")
-            scope = isinstance(value, _SCOPES)
-            for name in value._fields:
-                if name in _SKIP_FIELDS:
-                    continue
-                item = getattr(value, name, None)
-                if scope and name == "body" and _has_docstring(item):
-                    item = item[1:]
-                dump(item)
-                append(",")
-            append(")")
-        elif isinstance(value, list):
+        t = type(value)
+        if t is list:
             append("[")
             for item in value:
                 dump(item)
                 append(",")
             append("]")
-        else:
-            append(repr(value))
+            return
+        fields = fields_of.get(t)
+        if fields is None:
+            if not isinstance(value, ast.AST):
+                append(repr(value))
+                return
+            fields = fields_of[t] = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
+        append(t.__name__)
+        append("(")
+        scope = isinstance(value, _SCOPES)
+        for name in fields:
+            item = getattr(value, name, None)
+            if scope and name == "body" and _has_docstring(item):
+                item = item[1:]
+            dump(item)
+            append(",")
+        append(")")
 
     dump(node)
     return "".join(out)
+
+
+# AST node type -> the fields that carry meaning.
+_fields_of: dict[type, tuple[str, ...]] = {}
 
 
 def _first_line(node: ast.AST) -> int:
@@ -96,13 +108,17 @@ class SourceFile:
     filename: str
     lines: list[str]
     tree: ast.Module
-    # Functions and lambdas by the line their code object starts on (the first
-    # decorator's line for a decorated function).
+    # Functions by the line their code object starts on (the first decorator's
+    # line for a decorated function).
     defs_by_line: dict[int, list[ast.AST]]
     classes_by_qualname: dict[str, list[ast.ClassDef]]
+    qualnames: dict[int, str]  # id(function node) -> qualified name
     # Names some function in the file declares ``global``: state, not constants.
     global_decls: frozenset[str]
     _digests: dict[int, str] = field(default_factory=dict)
+    _compiled: dict[tuple[str, int], list[CodeType]] | None = None
+    _lambdas: dict[int, list[ast.Lambda]] | None = None  # by line, filled on demand
+    _unchanged_since_start: bool | None = None
 
     def digest(self, node: ast.AST) -> str:
         """Digest of a definition's normalised syntax tree (cached per node)."""
@@ -112,6 +128,60 @@ class SourceFile:
             found = blake3.blake3(normalised_dump(node).encode()).hexdigest()
             self._digests[key] = found
         return found
+
+    def lambdas_at(self, line: int) -> list[ast.Lambda]:
+        """Lambdas starting on *line*, found in the innermost statement holding it."""
+        if self._lambdas is None:
+            self._lambdas = {}
+        found = self._lambdas.get(line)
+        if found is None:
+            statement = _statement_at(self.tree.body, line)
+            found = [
+                node
+                for node in (ast.walk(statement) if statement is not None else ())
+                if isinstance(node, ast.Lambda) and node.lineno == line
+            ]
+            self._lambdas[line] = found
+        return found
+
+    def _compiled_codes(self, code: CodeType) -> list[CodeType]:
+        """Code objects compiled from this text with *code*'s name and first line."""
+        if self._compiled is None:
+            self._compiled = defaultdict(list)
+            try:
+                # dont_inherit: this module's own ``from __future__`` must not leak in.
+                module_code = compile(self.tree, self.filename, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError, TypeError, RecursionError):
+                module_code = None
+            if module_code is not None:
+                for compiled in code_tree(module_code):
+                    self._compiled[(compiled.co_name, compiled.co_firstlineno)].append(compiled)
+        return self._compiled.get((code.co_name, code.co_firstlineno), [])
+
+    def matches(self, code: CodeType) -> bool:
+        """Whether this text compiles to *code*: false when the file was edited after import.
+
+        Hashing the edited text would key the call by code that is not what
+        runs; the caller then hashes the running bytecode instead. A file last
+        written before this process started cannot have changed since its
+        module was imported, so the compile that proves it is skipped.
+        """
+        if self._unchanged_since_start is None:
+            self._unchanged_since_start = _written_before_start(self.filename)
+        if self._unchanged_since_start:
+            return True
+        return any(_same_code(code, compiled) for compiled in self._compiled_codes(code))
+
+    def pick_by_compiling(self, code: CodeType, candidates: list[ast.AST]) -> list[ast.AST]:
+        """Among definitions on one line, those whose compiled code is *code*.
+
+        Compiled code objects come out in source order, as the candidates are.
+        """
+        compiled = self._compiled_codes(code)
+        if len(compiled) != len(candidates):
+            return []
+        ordered = sorted(candidates, key=lambda n: (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+        return [node for node, c in zip(ordered, compiled, strict=True) if _same_code(code, c)][:1]
 
     def module_digest(self) -> str:
         """Digest of the whole file's normalised syntax tree."""
@@ -135,34 +205,95 @@ class SourceFile:
         return _first_line(node), node.end_lineno or node.lineno  # type: ignore[attr-defined]
 
 
+def _process_start() -> float | None:
+    """When this process started (Linux), or None where that is not known."""
+    try:
+        with open("/proc/self/stat") as f:
+            # The command name (field 2) may hold spaces; fields after it are plain.
+            fields = f.read().rpartition(")")[2].split()
+        with open("/proc/stat") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        return None
+
+
+_PROCESS_START = _process_start()
+
+
+def _written_before_start(filename: str) -> bool:
+    if _PROCESS_START is None:
+        return False
+    try:
+        modified = os.stat(filename).st_mtime
+    except OSError:
+        return False
+    # One second of slack for coarse file-system clocks.
+    return modified < _PROCESS_START - 1.0
+
+
+def _same_code(a: CodeType, b: CodeType) -> bool:
+    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars) != (
+        b.co_code,
+        b.co_names,
+        b.co_varnames,
+        b.co_freevars,
+    ) or len(a.co_consts) != len(b.co_consts):
+        return False
+    for x, y in zip(a.co_consts, b.co_consts, strict=True):
+        if isinstance(x, CodeType) and isinstance(y, CodeType):
+            if not _same_code(x, y):
+                return False
+        elif type(x) is not type(y) or repr(x) != repr(y):
+            return False
+    return True
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists nested in a compound statement."""
+    blocks = [getattr(node, name, None) for name in ("body", "orelse", "finalbody")]
+    blocks += [part.body for part in (*getattr(node, "handlers", ()), *getattr(node, "cases", ()))]
+    return [block for block in blocks if isinstance(block, list)]
+
+
+def _statement_at(statements: list[ast.stmt], line: int) -> ast.stmt | None:
+    for statement in statements:
+        if _first_line(statement) <= line <= (statement.end_lineno or statement.lineno):
+            for block in _blocks(statement):
+                inner = _statement_at(block, line)
+                if inner is not None:
+                    return inner
+            return statement
+    return None
+
+
 def _index(filename: str, lines: list[str], tree: ast.Module) -> SourceFile:
+    """Index definitions by walking statements only; lambdas are found when asked for."""
     defs: dict[int, list[ast.AST]] = defaultdict(list)
     classes: dict[str, list[ast.ClassDef]] = defaultdict(list)
+    qualnames: dict[int, str] = {}
     global_decls: set[str] = set()
 
-    def visit(nodes: list[ast.AST], prefix: str) -> None:
-        for node in nodes:
+    def visit(statements: list[ast.stmt], prefix: str) -> None:
+        for node in statements:
             if isinstance(node, _DEFS):
                 defs[_first_line(node)].append(node)
-                outer = [*node.decorator_list, node.args]
-                if node.returns is not None:
-                    outer.append(node.returns)
-                visit(outer, prefix)
+                qualnames[id(node)] = prefix + node.name
                 visit(node.body, f"{prefix}{node.name}.<locals>.")
             elif isinstance(node, ast.ClassDef):
                 qualname = prefix + node.name
                 classes[qualname].append(node)
-                visit([*node.decorator_list, *node.bases, *node.keywords], prefix)
                 visit(node.body, qualname + ".")
+            elif isinstance(node, ast.Global):
+                global_decls.update(node.names)
             else:
-                if isinstance(node, ast.Lambda):
-                    defs[node.lineno].append(node)
-                elif isinstance(node, ast.Global):
-                    global_decls.update(node.names)
-                visit(list(ast.iter_child_nodes(node)), prefix)
+                for block in _blocks(node):
+                    visit(block, prefix)
 
     visit(tree.body, "")
-    return SourceFile(filename, lines, tree, dict(defs), dict(classes), frozenset(global_decls))
+    return SourceFile(
+        filename, lines, tree, dict(defs), dict(classes), qualnames, frozenset(global_decls)
+    )
 
 
 _files: dict[str, tuple[list[str], SourceFile | None]] = {}
@@ -218,230 +349,44 @@ def _contains(node: ast.AST, pos: tuple[int, int, int, int]) -> bool:
 def find_definition(code: CodeType, sf: SourceFile) -> ast.AST | None:
     """The function or lambda node in *sf* that compiled to *code*, if unambiguous."""
     name = code.co_name
-    candidates = [
-        node
-        for node in sf.defs_by_line.get(code.co_firstlineno, ())
-        if (
-            isinstance(node, ast.Lambda)
-            if name == "<lambda>"
-            else getattr(node, "name", None) == name
-        )
-    ]
+    if name == "<lambda>":
+        candidates: list[ast.AST] = list(sf.lambdas_at(code.co_firstlineno))
+    else:
+        candidates = [
+            node
+            for node in sf.defs_by_line.get(code.co_firstlineno, ())
+            if getattr(node, "name", None) == name
+        ]
     if len(candidates) > 1:
         # Several lambdas on one line: keep the innermost one whose span holds
         # every instruction of the code (column positions exist on 3.11+).
         positions = _positions(code)
         if positions:
             candidates = [n for n in candidates if all(_contains(n, p) for p in positions)]
-            candidates.sort(
-                key=lambda n: (n.end_lineno - n.lineno, n.end_col_offset - n.col_offset)
-            )  # type: ignore[attr-defined]
+            candidates.sort(key=_extent)
             candidates = candidates[:1]
+        else:
+            candidates = sf.pick_by_compiling(code, candidates)
     return candidates[0] if len(candidates) == 1 else None
 
 
-# -- bytecode ---------------------------------------------------------------------------------
-
-_OP = dis.opmap
-_LOAD_GLOBAL = _OP["LOAD_GLOBAL"]
-_LOAD_NAME = _OP["LOAD_NAME"]
-_LOAD_ATTR = _OP["LOAD_ATTR"]
-_LOAD_METHOD = _OP.get("LOAD_METHOD", -1)
-_EXTENDED_ARG = _OP["EXTENDED_ARG"]
-_CACHE = _OP.get("CACHE", -1)
-_STORE_GLOBAL = _OP["STORE_GLOBAL"]
-_DELETE_GLOBAL = _OP["DELETE_GLOBAL"]
-_NEEDS_DIS = frozenset(
-    _OP[name] for name in ("IMPORT_NAME", "STORE_DEREF", "DELETE_DEREF") if name in _OP
-)
-# Since 3.11 LOAD_GLOBAL, and since 3.12 LOAD_ATTR, keep a flag in the low bit.
-_GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0
-_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0
-_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs) | frozenset(getattr(dis, "hasjump", ()))
-_CONSTS = frozenset(dis.hasconst)
-_PADDING = frozenset({"NOP", "CACHE", "EXTENDED_ARG"})
-_DOCSTRING_FLAG = getattr(inspect, "CO_HAS_DOCSTRING", 0)
-_STORES = frozenset({"STORE_FAST", "STORE_DEREF", "STORE_NAME", "STORE_GLOBAL"})
+def qualname_of(code: CodeType) -> str:
+    """The qualified name *code* was written under (``co_qualname`` before 3.11)."""
+    found = getattr(code, "co_qualname", None)
+    if found is not None:
+        return found
+    sf = source_file(code.co_filename)
+    node = find_definition(code, sf) if sf is not None else None
+    if sf is not None and node is not None:
+        return sf.qualnames.get(id(node), code.co_name)
+    return code.co_name
 
 
-def _code_tree(code: CodeType) -> list[CodeType]:
-    codes = [code]
-    i = 0
-    while i < len(codes):
-        codes.extend(c for c in codes[i].co_consts if isinstance(c, CodeType))
-        i += 1
-    return codes
-
-
-def _scan_fast(code: CodeType, chains: dict[tuple[str, ...], None], stored: set[str]) -> bool:
-    """Collect ``LOAD_GLOBAL name (.attr)*`` chains of one code object.
-
-    Decodes ``co_code`` directly: ``dis`` costs about 30x more, and this runs
-    over every function of the user's project the first time it is keyed.
-    Returns whether the code also needs the slower ``dis`` pass (imports,
-    ``nonlocal`` stores).
-    """
-    raw = code.co_code
-    names = code.co_names
-    chain: list[str] | None = None
-    ext = 0
-    needs_dis = False
-    for i in range(0, len(raw), 2):
-        op = raw[i]
-        arg = raw[i + 1] | ext
-        if op == _EXTENDED_ARG:
-            ext = arg << 8
-            continue
-        ext = 0
-        if op == _CACHE:
-            continue
-        if op == _LOAD_GLOBAL:
-            if chain:
-                chains[tuple(chain)] = None
-            chain = [names[arg >> _GLOBAL_SHIFT]]
-        elif op == _LOAD_NAME:
-            if chain:
-                chains[tuple(chain)] = None
-            chain = [names[arg]]
-        elif chain is not None and op == _LOAD_ATTR:
-            chain.append(names[arg >> _ATTR_SHIFT])
-        elif chain is not None and op == _LOAD_METHOD:
-            chain.append(names[arg])
-        else:
-            if chain:
-                chains[tuple(chain)] = None
-                chain = None
-            if op == _STORE_GLOBAL or op == _DELETE_GLOBAL:
-                stored.add(names[arg])
-            elif op in _NEEDS_DIS:
-                needs_dis = True
-    if chain:
-        chains[tuple(chain)] = None
-    return needs_dis
-
-
-@dataclass(frozen=True)
-class LocalImport:
-    """``import``/``from ... import`` inside a function, binding a local name."""
-
-    level: int
-    module: str  # as written, relative to the package when level > 0
-    attr: str | None  # the name taken with ``from module import attr``
-    submodule: bool  # ``import a.b as m`` binds ``a.b``; plain ``import a.b`` binds ``a``
-
-
-def _scan_dis(
-    codes: list[CodeType],
-) -> tuple[dict[str, LocalImport], dict[tuple[str, ...], None], set[str]]:
-    imports: dict[str, LocalImport] = {}
-    derefs: set[str] = set()
-    streams = []
-    for code in codes:
-        instrs = [i for i in dis.get_instructions(code) if i.opname not in _PADDING]
-        streams.append(instrs)
-        for n, ins in enumerate(instrs):
-            if ins.opname in ("STORE_DEREF", "DELETE_DEREF"):
-                derefs.add(ins.argval)
-            if ins.opname != "IMPORT_NAME" or n < 2:
-                continue
-            level = instrs[n - 2].argval
-            fromlist = instrs[n - 1].argval
-            level = level if isinstance(level, int) else 0
-            path: list[str] = []
-            j = n + 1
-            while j < len(instrs):
-                op = instrs[j].opname
-                if op == "IMPORT_FROM":
-                    path.append(instrs[j].argval)
-                elif op in _STORES:
-                    local = instrs[j].argval
-                    if fromlist:
-                        imports[local] = LocalImport(level, ins.argval, path[-1], False)
-                        path = []
-                    else:
-                        imports[local] = LocalImport(level, ins.argval, None, bool(path))
-                        break
-                elif fromlist or op not in ("ROT_TWO", "SWAP", "POP_TOP"):
-                    break
-                j += 1
-    chains: dict[tuple[str, ...], None] = {}
-    if imports:
-        for instrs in streams:
-            chain: list[str] | None = None
-            for ins in instrs:
-                op = ins.opname
-                name = ins.argval[-1] if isinstance(ins.argval, tuple) else ins.argval
-                if op.startswith(("LOAD_FAST", "LOAD_DEREF")) and name in imports:
-                    if chain:
-                        chains[tuple(chain)] = None
-                    chain = [name]
-                elif chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD"):
-                    chain.append(name)
-                elif chain is not None:
-                    chains[tuple(chain)] = None
-                    chain = None
-            if chain:
-                chains[tuple(chain)] = None
-    return imports, chains, derefs
-
-
-def _encode_const(value: Any) -> str:
-    if isinstance(value, CodeType):
-        return "code:" + bytecode_digest(value)
-    if isinstance(value, frozenset):
-        return "frozenset:" + repr(sorted(_encode_const(v) for v in value))
-    if isinstance(value, tuple):
-        return "tuple:" + repr([_encode_const(v) for v in value])
-    return f"{type(value).__name__}:{value!r}"
-
-
-def bytecode_digest(code: CodeType) -> str:
-    """Digest of *code*'s behaviour: instructions, arguments, constants and names.
-
-    Line tables, file name, first line, ``NOP`` padding and docstrings (a
-    constant no instruction loads) are left out. Jump targets are counted in
-    instructions so padding does not shift them.
-    """
-    instrs = [i for i in dis.get_instructions(code) if i.opname not in _PADDING]
-    index: dict[int, int] = {}
-    for n, ins in enumerate(instrs):
-        index[ins.offset] = n
-    offsets = sorted(index)
-
-    def target(offset: int) -> int:
-        for candidate in offsets:
-            if candidate >= offset:
-                return index[candidate]
-        return len(instrs)
-
-    parts = [
-        code.co_name,
-        repr(
-            (
-                code.co_argcount,
-                code.co_posonlyargcount,
-                code.co_kwonlyargcount,
-                code.co_flags & ~_DOCSTRING_FLAG,
-                code.co_varnames,
-                code.co_freevars,
-                code.co_cellvars,
-            )
-        ),
-    ]
-    for ins in instrs:
-        if ins.opcode in _CONSTS:
-            arg = _encode_const(ins.argval)
-        elif ins.opcode in _JUMPS and isinstance(ins.argval, int):
-            arg = f"->{target(ins.argval)}"
-        else:
-            arg = ins.argrepr or ("" if ins.arg is None else str(ins.arg))
-        parts.append(f"{ins.opname} {arg}")
-    for entry in getattr(dis.Bytecode(code), "exception_entries", ()):
-        parts.append(
-            f"except {target(entry.start)} {target(entry.end)} {target(entry.target)} "
-            f"{entry.depth} {entry.lasti}"
-        )
-    return blake3.blake3("\n".join(parts).encode()).hexdigest()
+def _extent(node: ast.AST) -> tuple[int, int]:
+    return (
+        node.end_lineno - node.lineno,  # type: ignore[attr-defined, operator]
+        node.end_col_offset - node.col_offset,  # type: ignore[attr-defined, operator]
+    )
 
 
 @dataclass(frozen=True)
@@ -485,24 +430,24 @@ def code_facts(code: CodeType, module_globals: dict[str, Any] | None = None) -> 
 def _compute_facts(code: CodeType, module_globals: dict[str, Any] | None) -> CodeFacts:
     sf = source_file(code.co_filename, module_globals)
     node = find_definition(code, sf) if sf is not None else None
-    if sf is not None and node is not None:
+    if sf is not None and node is not None and sf.matches(code):
         digest = "ast:" + sf.digest(node)
         source: str | None = sf.text(node)
         span: tuple[int, int] | None = sf.span(node)
     else:
         digest = "bytecode:" + bytecode_digest(code)
         source, span = None, None
-    codes = _code_tree(code)
+    codes = code_tree(code)
     chains: dict[tuple[str, ...], None] = {}
     stored: set[str] = set()
     needs_dis = False
     for c in codes:
-        needs_dis = _scan_fast(c, chains, stored) or needs_dis
+        needs_dis = scan_fast(c, chains, stored) or needs_dis
     imports: dict[str, LocalImport] = {}
     import_chains: dict[tuple[str, ...], None] = {}
     derefs: set[str] = set()
     if needs_dis:
-        imports, import_chains, derefs = _scan_dis(codes)
+        imports, import_chains, derefs = scan_dis(codes)
     return CodeFacts(
         digest=digest,
         source=source,

@@ -23,6 +23,7 @@ a notebook cell) is seen.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import weakref
@@ -33,8 +34,9 @@ from typing import Any, TypeVar
 
 import blake3
 
-from ._code_graph import Closure, IgnoreRules, _is_pure
+from ._code_graph import Closure
 from ._code_modules import is_user_module
+from ._code_values import IgnoreRules, is_pure
 
 __all__ = ["CodeInfo", "Dependency", "code_info", "ignore_global", "is_user_module"]
 
@@ -150,6 +152,8 @@ def code_info(obj: Any) -> CodeInfo:
     """
     if type(obj) is MethodType or isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
+    elif type(obj) is not FunctionType and not isinstance(obj, (type, functools.partial)):
+        obj = _unwrap(obj)
     entry = _entries.get(id(obj))
     if (
         entry is not None
@@ -167,11 +171,23 @@ def code_info(obj: Any) -> CodeInfo:
     with _lock:
         info, check = _build(obj)
         try:
-            ref: Callable[[], Any] = weakref.ref(obj, lambda r, key=id(obj): _drop(key, r))
+            key = id(obj)
+            ref: Callable[[], Any] = weakref.ref(obj, lambda r, key=key: _drop(key, r))
         except TypeError:
             ref = _strong(obj)
         _entries[id(obj)] = _Entry(ref, info, check, _root_state(obj))
     return info
+
+
+def _unwrap(obj: Any) -> Any:
+    """The function inside a callable wrapper object (``@memo``, ``lru_cache``)."""
+    for _ in range(100):
+        attrs = getattr(obj, "__dict__", None)
+        wrapped = attrs.get("__wrapped__") if isinstance(attrs, dict) else None
+        if wrapped is None or isinstance(obj, FunctionType):
+            return obj
+        obj = wrapped
+    return obj
 
 
 def _build(obj: Any) -> tuple[CodeInfo, Callable[[], bool]]:
@@ -240,7 +256,7 @@ def _value_digester() -> Callable[[Any], str]:
 
 
 def _fallback_digest_value(value: Any) -> str:
-    if not _is_pure(value):
+    if not is_pure(value):
         raise TypeError(f"cannot digest {type(value).__qualname__} without memostore.hashing")
     return blake3.blake3(_canonical(value)).hexdigest()
 

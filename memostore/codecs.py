@@ -100,7 +100,9 @@ class CodecRegistry:
         except KeyError:
             pass
         codec = self._search(cls)
-        if codec is None and self._load_entry_points():
+        # Codec packages add codecs for their own types, never for builtins; looking
+        # there for a plain dict would import torch on the first hit of any result.
+        if codec is None and cls.__module__ != "builtins" and self._load_entry_points():
             codec = self._search(cls)
         self._resolved[cls] = codec
         return codec

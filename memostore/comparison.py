@@ -159,8 +159,14 @@ def metric_changes(store: Store, logs_a: str | None, logs_b: str | None) -> dict
     return out
 
 
-def diff_records(store: Store, id_a: str, id_b: str) -> dict[str, Any]:
-    """Everything ``memostore diff A B`` displays."""
+def diff_records(
+    store: Store, id_a: str, id_b: str, import_paths: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Everything ``memostore diff A B`` displays.
+
+    Comparing results restores them, which imports the code they refer to:
+    *import_paths* go in front of ``sys.path`` meanwhile.
+    """
     body_a = store.evaluation(id_a).body
     body_b = store.evaluation(id_b).body
     deps_a = recorded_deps(store, body_a.get("code"))
@@ -176,7 +182,7 @@ def diff_records(store: Store, id_a: str, id_b: str) -> dict[str, Any]:
         "b": {"id": id_b, "function": body_b.get("function"), "status": body_b.get("status")},
         "args": argument_changes(store, body_a.get("args"), body_b.get("args")),
         "code": code,
-        "result": result_changes(store, id_a, id_b),
+        "result": _with_paths(import_paths, result_changes, store, id_a, id_b),
         "metrics": metric_changes(store, body_a.get("logs"), body_b.get("logs")),
     }
 
@@ -245,6 +251,11 @@ def _code_nodes(node: Any) -> Iterator[dict[str, Any]]:
             if item.get("$") == "code" and item.get("digest") and "module" in item:
                 yield item
             stack.extend(v for v in item.values() if isinstance(v, (list, dict)))
+
+
+def _with_paths(paths: Iterable[str], fn: Any, *args: Any) -> Any:
+    with _import_paths(paths):
+        return fn(*args)
 
 
 def why_miss(store: Store, evaluation_id: str, import_paths: Iterable[str] = ()) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import index
 from .errors import MemostoreError
 from .objects import KIND_CODE
-from .revisions import function_matches, listed_evaluations
+from .revisions import find_function, listed_evaluations
 from .summaries import summarize_arguments, summarize_value
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ def log_record(entry: Mapping[str, Any]) -> dict[str, Any]:
         "started": entry.get("started"),
         "duration_s": entry.get("duration_s"),
         "args": call_arguments(entry),
+        "args_summary": dict(entry.get("args_summary") or {}),
         "parents": list(entry.get("parents") or []),
         "key": entry.get("key"),
         "result": entry.get("result_summary"),
@@ -77,20 +78,17 @@ def log_records(
     Raises:
         RevisionNotFound: *function* names no recorded function, or several.
     """
-    listed, problems = listed_evaluations(store)
-    if function is not None:
+    if function is None:
+        listed, problems = listed_evaluations(store)
+    else:
         from .errors import RevisionNotFound
-        from .revisions import AmbiguousRevision
 
-        matches = function_matches((e["function"] for e in listed), function)
-        if not matches:
+        symbol, listed, problems = find_function(store, function)
+        if symbol is None:
             raise RevisionNotFound(
                 f"no evaluations of a function named {function!r}; "
                 "run `memostore log` to see the recorded functions"
             )
-        if len(matches) > 1:
-            raise AmbiguousRevision(function, [(m, "(function)") for m in matches])
-        listed = [e for e in listed if e["function"] == matches[0]]
     return [log_record(e) for e in listed], problems
 
 
@@ -144,18 +142,25 @@ def children_of(
     return [e["id"] for e in children]
 
 
-def show_record(store: Store, evaluation_id: str) -> dict[str, Any]:
-    """Everything ``memostore show`` displays about one evaluation (no tensor data read)."""
+def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> dict[str, Any]:
+    """Everything ``memostore show`` displays about one evaluation (no tensor data read).
+
+    Args:
+        store: the store.
+        evaluation_id: the evaluation.
+        load_codecs: let summaries load codec packages (see :mod:`memostore.summaries`);
+            False keeps a command-line ``show`` fast (torch is not imported).
+    """
     body = store.evaluation(evaluation_id).body
     entry = index.entry_from_body(evaluation_id, body)
     record = log_record(entry)
-    record["args"] = summarize_arguments(store.objects, body.get("args"))
+    record["args"] = summarize_arguments(store.objects, body.get("args"), load_codecs)
     record["hparams"] = dict(body.get("hparams") or {})
     record["args_summary"] = dict(body.get("args_summary") or {})
     record["version"] = body.get("version")
     record["code"] = code_record(store, body.get("code"), body.get("code_digest"))
     record["result_id"] = body.get("result")
-    record["result"] = summarize_value(store.objects, body.get("result"))
+    record["result"] = summarize_value(store.objects, body.get("result"), load_codecs)
     record["result_summary"] = body.get("result_summary")
     record["error"] = body.get("error")
     metrics, metrics_error = metrics_of(store, body.get("logs"))

@@ -5,15 +5,26 @@ Contract and calling sequence:
 1. ``LockFile(path).acquire()`` creates ``path + ".lock"`` with O_CREAT|O_EXCL.
    Exactly one process (on any machine sharing the file system) succeeds; the
    file records the holder's pid, host and start time.
-2. The holder may write the new content of *path* into the lock file
-   (``commit(data)``): it is fsynced and renamed over *path*, which releases the
-   lock in the same atomic step. Or it calls ``release()`` to drop the lock and
-   leave *path* untouched.
-3. A lock whose holder died is stale: on the same host when its pid no longer
-   exists, anywhere once it is older than ``stale_after`` seconds (a holder
-   never keeps a lock for more than a few milliseconds of file I/O). A waiter
-   breaks a stale lock by renaming it away, never by unlinking a path it did not
-   just inspect, so two waiters cannot delete each other's fresh locks.
+2. The holder either calls ``commit(data)``: *data* is written to
+   ``path + ".lock.new"`` (a file only the holder writes), fsynced and renamed
+   over *path*, then the lock is released; or it calls ``release()`` to drop
+   the lock and leave *path* untouched. The lock file keeps naming its holder
+   until it is removed, so a holder killed at any step leaves a lock that
+   waiters can judge.
+3. A lock whose holder died is stale: at once when its holder is on this host
+   and its pid no longer exists; otherwise (another host, whose pids cannot be
+   checked; a pid reused after a reboot; a lock whose holder died before it
+   could record itself) once it is older than ``stale_after`` seconds, since a
+   holder never keeps a lock for more than the few milliseconds of file I/O of
+   one update. ``timeout`` is longer than ``stale_after``, so a waiter outlasts
+   any stale lock rather than failing on it. A waiter breaks a stale lock by
+   renaming it away, never by unlinking a path it did not just inspect, so two
+   waiters cannot delete each other's fresh locks.
+
+On a network file system, pids of other hosts cannot be checked: a lock whose
+holder died there is broken by age only, and a holder paused for longer than
+``stale_after`` while holding a lock can lose it (as with any lock on a shared
+file system without leases).
 """
 
 from __future__ import annotations
@@ -47,9 +58,10 @@ def pid_alive(pid: int) -> bool:
 class LockFile:
     """An exclusive lock on *path*, held as the file ``path.lock``."""
 
-    def __init__(self, path: Path, timeout: float = 30.0, stale_after: float = 60.0) -> None:
+    def __init__(self, path: Path, timeout: float = 60.0, stale_after: float = 30.0) -> None:
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.new_path = self.path.with_name(self.path.name + ".lock.new")
         self.timeout = timeout
         self.stale_after = stale_after
         self._fd: int | None = None
@@ -72,26 +84,36 @@ class LockFile:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
                 continue
-            os.write(fd, info + b"\n")
+            try:
+                os.write(fd, info + b"\n")
+            except BaseException:
+                # A full disk can refuse even these few bytes: leave no lock behind.
+                os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.lock_path)
+                raise
             self._fd = fd
             return
 
     def commit(self, data: bytes) -> None:
-        """Replace *path* with *data* and release the lock, atomically."""
+        """Replace *path* with *data* (written and fsynced first), then release the lock."""
         assert self._fd is not None, "commit() without acquire()"
-        fd, self._fd = self._fd, None
         try:
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, data)
-            os.fsync(fd)
+            fd = os.open(self.new_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.new_path, self.path)
         except BaseException:
-            os.close(fd)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.lock_path)
+                os.unlink(self.new_path)
+            self.release()
             raise
-        os.close(fd)
-        os.replace(self.lock_path, self.path)
+        self.release()
 
     def release(self) -> None:
         if self._fd is None:
@@ -109,7 +131,7 @@ class LockFile:
         self.release()
 
     # -- stale locks ----------------------------------------------------------------
-    def _read_holder(self) -> tuple[dict | None, float | None]:
+    def _read_holder(self) -> tuple[dict | None, os.stat_result | None]:
         try:
             st = os.stat(self.lock_path)
             with open(self.lock_path, "rb") as f:
@@ -121,9 +143,9 @@ class LockFile:
         except ValueError:
             holder = None
         if not isinstance(holder, dict):
-            # The holder may already be writing the new ref content into the lock.
+            # Created a moment ago and not written yet, or its holder died in between.
             holder = None
-        return holder, st.st_mtime
+        return holder, st
 
     def _holder_text(self) -> str:
         holder, _ = self._read_holder()
@@ -131,18 +153,24 @@ class LockFile:
             return "an unknown process"
         return f"pid {holder.get('pid')} on {holder.get('host')}"
 
-    def _is_stale(self, holder: dict | None, mtime: float | None) -> bool:
-        if mtime is None:
+    def _is_stale(self, holder: dict | None, st: os.stat_result | None) -> bool:
+        if st is None:
             return False
-        age = time.time() - mtime
-        if holder and holder.get("host") == HOST and isinstance(holder.get("pid"), int):
-            return not pid_alive(holder["pid"])
-        # Unknown content (a holder killed before it wrote its pid) or another host.
-        return age > self.stale_after
+        if (
+            holder
+            and holder.get("host") == HOST
+            and isinstance(holder.get("pid"), int)
+            and not pid_alive(holder["pid"])
+        ):
+            return True
+        # Another host's pid cannot be checked, a live pid here may be a reused one
+        # (the holder died in a reboot), and a lock with no record lost its holder
+        # between creating and writing it: the lock's age decides.
+        return time.time() - st.st_mtime > self.stale_after
 
     def _break_if_stale(self) -> bool:
-        holder, mtime = self._read_holder()
-        if not self._is_stale(holder, mtime):
+        holder, st = self._read_holder()
+        if st is None or not self._is_stale(holder, st):
             return False
         # Rename rather than unlink: only the lock we inspected moves away. If a
         # fresh lock replaced it meanwhile, we moved a live lock: put it back.
@@ -151,19 +179,22 @@ class LockFile:
             os.rename(self.lock_path, aside)
         except FileNotFoundError:
             return True
-        moved, _ = self._read_aside(aside)
-        if moved != holder:
+        if not _same_file(st, aside):
             with contextlib.suppress(OSError):
                 os.link(aside, self.lock_path)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(aside)
         return True
 
-    @staticmethod
-    def _read_aside(path: Path) -> tuple[dict | None, None]:
-        try:
-            with open(path, "rb") as f:
-                holder = json.loads(f.readline())
-        except (OSError, ValueError):
-            return None, None
-        return (holder if isinstance(holder, dict) else None), None
+
+def _same_file(inspected: os.stat_result, path: Path) -> bool:
+    """True if *path* is still the file *inspected* was taken of (a rename keeps both)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino, st.st_mtime_ns) == (
+        inspected.st_dev,
+        inspected.st_ino,
+        inspected.st_mtime_ns,
+    )

@@ -8,8 +8,9 @@ writes its objects first and publishes its ref last, so for a while its
 objects are unreachable. gc therefore never deletes an object younger than the
 grace period (by file modification time), nor a temp file younger than it, and
 it re-reads the refs after marking so that a ref published meanwhile keeps its
-objects. Writers that reuse an object already present must refresh its time
-for the grace period to cover it (see ``docs/cli.md``).
+objects. An evaluation in progress lists the objects it has written so far
+(its arguments and code) as pending roots (``Store.pending_roots``), which gc
+keeps too, however long the evaluation runs.
 """
 
 from __future__ import annotations
@@ -286,7 +287,8 @@ class _Marker:
         return set(doc.links.docs)
 
 
-def _ref_targets(store: Store) -> list[str]:
+def _roots(store: Store) -> list[str]:
+    """What gc keeps: every ref's target and the objects of evaluations in progress."""
     damaged = getattr(store.refs, "iter_damaged", None)
     if damaged is not None:
         for name, reason in damaged():
@@ -294,7 +296,11 @@ def _ref_targets(store: Store) -> list[str]:
                 f"gc stopped before deleting anything: ref {name} is damaged ({reason}); "
                 "delete or repair that ref file, then run gc again"
             )
-    return [target for _, target in store.refs.iter("")]
+    roots = [target for _, target in store.refs.iter("")]
+    pending = getattr(store, "pending_roots", None)
+    if pending is not None:
+        roots.extend(pending())
+    return roots
 
 
 def _age_s(path: Path | None, now: float) -> float:
@@ -329,10 +335,10 @@ def gc(
     """
     report = GcReport(dry_run=dry_run)
     marker = _Marker(store)
-    marker.mark_from(_ref_targets(store), progress)
+    marker.mark_from(_roots(store), progress)
     ids = list(store.objects.iter_ids())
-    # Refs published while we marked keep their objects too.
-    marker.mark_from(_ref_targets(store), progress)
+    # Refs published (and evaluations started) while we marked keep their objects too.
+    marker.mark_from(_roots(store), progress)
     report.reachable = len(marker.marked & set(ids))
     report.unreadable = sorted(marker.unreadable)
     now = time.time()

@@ -59,6 +59,38 @@ def call_key(function: str, code_digest: str, args_id: str, version: str | None)
     return digest_bytes(KEY_PREFIX + canonical_json(payload))
 
 
+class _FastBinder:
+    """Binds arguments like ``inspect.Signature.bind`` + ``apply_defaults``, faster.
+
+    Only for signatures made of plain positional-or-keyword parameters (the
+    common case); anything else falls back to inspect, which also raises the
+    exact TypeError Python would for a bad call.
+    """
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        params = list(signature.parameters.values())
+        self.simple = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
+        self.names = [p.name for p in params]
+        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        self.signature = signature
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        if not self.simple or len(args) > len(self.names):
+            return None
+        bound = dict(zip(self.names, args, strict=False))
+        for name, value in kwargs.items():
+            if name in bound or name not in self.names:
+                return None
+            bound[name] = value
+        if len(bound) != len(self.names):
+            for name in self.names:
+                if name not in bound:
+                    if name not in self.defaults:
+                        return None
+                    bound[name] = self.defaults[name]
+        return {name: bound[name] for name in self.names}
+
+
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
     if isinstance(store, Store):
         return store
@@ -98,6 +130,7 @@ class MemoizedFunction:
         self.__wrapped__ = fn
         self._fn = fn
         self._signature = inspect.signature(fn)
+        self._binder = _FastBinder(self._signature)
         self._ignore = frozenset(ignore)
         unknown = self._ignore - set(self._signature.parameters)
         if unknown:
@@ -121,9 +154,14 @@ class MemoizedFunction:
 
     # -- keys ---------------------------------------------------------------------------
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return [(k, v) for k, v in bound.arguments.items() if k not in self._ignore]
+        arguments = self._binder.bind(args, kwargs)
+        if arguments is None:
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = bound.arguments
+        if self._ignore:
+            return [(k, v) for k, v in arguments.items() if k not in self._ignore]
+        return list(arguments.items())
 
     def _code(self) -> Any:
         from .code_deps import code_info

@@ -9,6 +9,7 @@ touches the object database.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import threading
@@ -47,6 +48,7 @@ def unescape_ref_part(part: str) -> str:
     return out.decode("utf-8", errors="replace")
 
 
+@functools.lru_cache(maxsize=8192)
 def check_ref_name(name: str) -> None:
     """Refuse names that could escape the refs directory or collide with lock files."""
     parts = name.split("/")
@@ -54,10 +56,15 @@ def check_ref_name(name: str) -> None:
         not name
         or name.startswith("/")
         or any(
-            not p or p in {".", ".."} or not _PART_RE.match(p) or p.endswith(".lock") for p in parts
+            not p or p in {".", ".."} or not _PART_RE.match(p) or _is_lock_file(p) for p in parts
         )
     ):
         raise RefError(f"invalid ref name {name!r}")
+
+
+def _is_lock_file(filename: str) -> bool:
+    """Lock files and their companions (``NAME.lock``, ``NAME.lock.new``, ``NAME.lock.stale-*``)."""
+    return filename.endswith(".lock") or ".lock." in filename
 
 
 def _parse_ref_content(name: str, data: bytes) -> str:
@@ -149,13 +156,15 @@ class DiskRefContainer(BaseRefContainer):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.refs_dir = self.root / "refs"
+        self._refs_dir_str = str(self.refs_dir)
 
     def path_of(self, name: str) -> Path:
         check_ref_name(name)
         return self.refs_dir / name
 
     def read(self, name: str) -> str | None:
-        path = self.path_of(name)
+        check_ref_name(name)
+        path = os.path.join(self._refs_dir_str, name)
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -226,7 +235,7 @@ class DiskRefContainer(BaseRefContainer):
         for dirpath, _dirnames, filenames in os.walk(base):
             rel_dir = os.path.relpath(dirpath, self.refs_dir)
             for filename in filenames:
-                if filename.endswith(".lock") or ".lock.stale-" in filename:
+                if _is_lock_file(filename):
                     continue
                 name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
                 name = name.replace(os.sep, "/")
@@ -246,7 +255,7 @@ class DiskRefContainer(BaseRefContainer):
         for dirpath, _dirnames, filenames in os.walk(self.refs_dir):
             rel_dir = os.path.relpath(dirpath, self.refs_dir)
             for filename in filenames:
-                if filename.endswith(".lock") or ".lock.stale-" in filename:
+                if _is_lock_file(filename):
                     continue
                 name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
                 try:

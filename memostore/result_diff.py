@@ -117,9 +117,9 @@ def _torch_difference(a: Any, b: Any) -> dict[str, Any] | None:
     nan_both = x.isnan() & y.isnan()
     delta = (x - y).abs()
     delta = delta.masked_fill(nan_both, 0)
-    if dtype_a == dtype_b and (delta.numel() == 0 or float(delta.max()) == 0.0):
-        if not bool((x.isnan() ^ y.isnan()).any()):
-            return None
+    unchanged = delta.numel() == 0 or float(delta.max()) == 0.0
+    if dtype_a == dtype_b and unchanged and not bool((x.isnan() ^ y.isnan()).any()):
+        return None
     max_abs = float(delta.max()) if delta.numel() else 0.0
     norm_a = float(x.masked_fill(nan_both, 0).abs().pow(2).sum().sqrt())
     norm_d = float(delta.pow(2).sum().sqrt())
@@ -168,10 +168,8 @@ def _numpy_difference(a: Any, b: Any) -> dict[str, Any] | None:
 def _stats(
     shape: list[int], dtype_a: str, dtype_b: str, max_abs: float, norm_d: float, norm_a: float
 ) -> dict[str, Any]:
-    if norm_a:
-        relative = norm_d / norm_a
-    else:
-        relative = 0.0 if norm_d == 0 else math.inf
+    # Relative to the first tensor; an all-zero first tensor makes any change infinite.
+    relative = norm_d / norm_a if norm_a else (0.0 if norm_d == 0 else math.inf)
     return {
         "shape": shape,
         "dtype": dtype_a if dtype_a == dtype_b else [dtype_a, dtype_b],

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import index
 from .errors import RevisionNotFound
 from .objects import DOC_PREFIX, KIND_EVALUATION, is_object_id
+from .refs import ref_part
 
 if TYPE_CHECKING:
     from .store import Store
@@ -49,22 +50,80 @@ class AmbiguousRevision(RevisionNotFound):
         )
 
 
+def function_ref_prefixes(function: str) -> list[str]:
+    """The ref-name prefixes under which *function*'s evaluations are published."""
+    prefixes = [f"evals/{ref_part(function)}/", f"failed/{ref_part(function)}/"]
+    if function.startswith("run:"):
+        prefixes.append(f"runs/{ref_part(function.split(':', 1)[1])}/")
+    return prefixes
+
+
 def listed_evaluations(
-    store: Store, entries: dict[str, dict[str, Any]] | None = None
+    store: Store,
+    entries: dict[str, dict[str, Any]] | None = None,
+    functions: Iterable[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Every evaluation a ref names, newest first, as index entries with their refs.
+    """Evaluations refs name, newest first, as index entries with their refs.
+
+    Args:
+        store: the store.
+        entries: the loaded index, when the caller has it already.
+        functions: only these functions' refs (reading only their directories).
 
     Returns:
         (entries, problems): each entry is a copy of the index entry with a
         ``refs`` list; problems maps ids whose document could not be read to why.
     """
+    if functions is None:
+        refs: Iterable[tuple[str, str]] = store.iter_evaluation_refs()
+    else:
+        wanted = set(functions)
+        prefixes = sorted({p for f in wanted for p in function_ref_prefixes(f)})
+        refs = (item for prefix in prefixes for item in store.refs.iter(prefix))
     ref_names: dict[str, list[str]] = {}
-    for name, evaluation_id in store.iter_evaluation_refs():
+    for name, evaluation_id in refs:
         ref_names.setdefault(evaluation_id, []).append(name)
     found, problems = index.lookup(store, ref_names, entries)
     listed = [{**entry, "refs": sorted(ref_names[eid])} for eid, entry in found.items()]
+    if functions is not None:
+        # A script's runs share a directory name with nothing else, but an escaped
+        # function name could be a prefix of another's: keep exact matches only.
+        listed = [e for e in listed if e["function"] in wanted]
     listed.sort(key=_newest_first)
     return listed, problems
+
+
+def find_function(
+    store: Store, query: str
+) -> tuple[str | None, list[dict[str, Any]], dict[str, str]]:
+    """The one recorded function *query* names, with its evaluations (newest first).
+
+    Function names come from the index first (cheap); only when it knows no
+    match are all refs listed (which also completes the index).
+
+    Returns:
+        (function or None, its evaluations as :func:`listed_evaluations` gives
+        them, problems).
+
+    Raises:
+        AmbiguousRevision: *query* names several functions that have evaluations.
+    """
+    entries = index.load(store)
+    found: dict[str, tuple[list[dict[str, Any]], dict[str, str]]] = {}
+    for function in function_matches({e["function"] for e in entries.values()}, query):
+        listed, problems = listed_evaluations(store, entries, [function])
+        # The index may remember functions whose refs are all gone: skip those.
+        if listed or problems:
+            found[function] = (listed, problems)
+    if not found:
+        listed, problems = listed_evaluations(store, entries)
+        for function in function_matches({e["function"] for e in listed}, query):
+            found[function] = ([e for e in listed if e["function"] == function], problems)
+    if len(found) > 1:
+        raise AmbiguousRevision(query, [(f, "(function)") for f in sorted(found)])
+    for function, (listed, problems) in found.items():
+        return function, listed, problems
+    return None, [], {}
 
 
 def _newest_first(entry: dict[str, Any]) -> tuple[float, str]:
@@ -135,24 +194,16 @@ def _resolve_base(store: Store, base: str, rev: str) -> str:
             raise AmbiguousRevision(rev, _describe_ids(store, matches))
         if is_object_id(lowered):
             raise RevisionNotFound(f"no evaluation {lowered} in this store; " + _HOW_TO_NAME)
-    listed, _ = listed_evaluations(store)
-    functions = function_matches((e["function"] for e in listed), base)
-    if len(functions) > 1:
-        raise AmbiguousRevision(rev, [(f, "(function)") for f in functions])
-    if functions:
-        for entry in listed:  # newest first
-            if entry["function"] == functions[0]:
-                return entry["id"]
+    _, listed, _ = find_function(store, base)
+    if listed:
+        return listed[0]["id"]  # newest first
     raise RevisionNotFound(f"unknown revision {rev!r}; " + _HOW_TO_NAME)
 
 
 def _older_of(store: Store, evaluation_id: str, older: int, rev: str) -> str:
-    listed, _ = listed_evaluations(store)
-    function = next((e["function"] for e in listed if e["id"] == evaluation_id), None)
-    if function is None:
-        function = store.evaluation(evaluation_id).body.get("function")
-    same = [e for e in listed if e["function"] == function]
-    ids = [e["id"] for e in same]
+    function = store.evaluation(evaluation_id).body.get("function")
+    listed, _ = listed_evaluations(store, functions=[function])
+    ids = [e["id"] for e in listed]
     position = ids.index(evaluation_id) if evaluation_id in ids else -1
     if position < 0 or position + older >= len(ids):
         raise RevisionNotFound(

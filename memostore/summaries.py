@@ -1,11 +1,18 @@
 """Summaries of stored values for ``memostore show`` and ``log``, without reading bulk data.
 
 A summary walks a value's nodes (``docs/format.md``) and the small value
-documents they reference; it never reads a blob, only its size. Codecs describe
-their own nodes through :meth:`Codec.summarize`, which receives a
-:class:`SummaryReader`; nodes of a codec that gives no summary (or of a codec
-package that is not installed) get a generic one built from the node's small
-fields (dtype, shape, class names).
+documents they reference; it never reads a blob, only its size. A node of a
+codec's tag is described by, in order:
+
+1. the codec's :meth:`Codec.summarize` (given a :class:`SummaryReader`), when the
+   codec is registered -- or, with ``load_codecs=False``, only when it is
+   registered already, since loading a codec package may import a heavy
+   library (torch takes a second) that a summary does not need;
+2. a light summarizer from the ``memostore.summaries`` entry-point group: a
+   function ``summarize(node, reader) -> dict | None`` that imports nothing
+   heavy (the first one that returns a dict wins);
+3. a generic summary from the node's small fields (dtype, shape, class names)
+   and the tensors nested in it (count and bytes).
 
 A summary is JSON: plain scalars stand for themselves; anything else is a dict
 with a ``"type"``. :func:`describe` turns one into a line of text.
@@ -13,7 +20,9 @@ with a ``"type"``. :func:`describe` turns one into a line of text.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 from .codecs import Codec, CodecRegistry, registry
@@ -23,6 +32,9 @@ from .objects import KIND_VALUE
 MAX_ITEMS = 20
 MAX_DEPTH = 6
 MAX_TEXT = 200
+SUMMARY_ENTRY_POINT_GROUP = "memostore.summaries"
+_SIZE_FIELDS = ("bytes", "nbytes")
+_NESTED_SCAN_MAX = 10_000
 
 # Node fields that a generic summary of an unknown codec's node keeps.
 _GENERIC_FIELDS = (
@@ -35,7 +47,27 @@ _GENERIC_FIELDS = (
     "cls",
     "device",
     "requires_grad",
+    "nbytes",
 )
+
+Summarizer = Callable[[dict[str, Any], Any], Any]
+_light: list[Summarizer] | None = None
+_light_lock = threading.Lock()
+
+
+def light_summarizers() -> list[Summarizer]:
+    """The ``memostore.summaries`` entry points, loaded once (broken ones skipped)."""
+    global _light
+    with _light_lock:
+        if _light is None:
+            found: list[Summarizer] = []
+            for ep in metadata.entry_points(group=SUMMARY_ENTRY_POINT_GROUP):
+                try:
+                    found.append(ep.load())
+                except Exception:  # a broken plug-in only loses its nicer summaries
+                    continue
+            _light = found
+        return _light
 
 
 class SummaryReader:
@@ -51,9 +83,11 @@ class SummaryReader:
         codecs: CodecRegistry = registry,
         max_items: int = MAX_ITEMS,
         max_depth: int = MAX_DEPTH,
+        load_codecs: bool = True,
     ) -> None:
         self.objects = objects
         self.codecs = codecs
+        self.load_codecs = load_codecs
         self.max_items = max_items
         self.max_depth = max_depth
         self._depth = 0
@@ -108,16 +142,36 @@ class SummaryReader:
         out["items"] = [self.summarize(x) for x in items[: self.max_items]]
         return out
 
+    def _registered_codec(self, tag: Any) -> Codec | None:
+        if not isinstance(tag, str):
+            return None
+        if self.load_codecs:
+            return self.codecs.for_tag(tag)
+        # Only a codec registered already: loading a package may import torch.
+        return getattr(self.codecs, "_by_tag", {}).get(tag)
+
     def _codec(self, tag: Any, node: dict[str, Any]) -> Any:
-        codec = self.codecs.for_tag(tag) if isinstance(tag, str) else None
-        if codec is not None and type(codec).summarize is not Codec.summarize:
-            try:
-                return codec.summarize(node, self)
-            except Exception as exc:  # a codec's summary bug must not hide the rest
-                summary = self.generic(node)
-                summary["summary_error"] = f"{type(exc).__name__}: {exc}"
-                return summary
-        return self.generic(node)
+        codec = self._registered_codec(tag)
+        summary: Any = None
+        try:
+            if codec is not None and type(codec).summarize is not Codec.summarize:
+                summary = codec.summarize(node, self)
+            else:
+                for summarizer in light_summarizers():
+                    summary = summarizer(node, self)
+                    if summary is not None:
+                        break
+        except Exception as exc:  # a summary bug must not hide the rest of the value
+            summary = self.generic(node)
+            summary["summary_error"] = f"{type(exc).__name__}: {exc}"
+            return summary
+        if not isinstance(summary, dict):
+            return self.generic(node)
+        if isinstance(node.get("blob"), str) and not any(k in summary for k in _SIZE_FIELDS):
+            size = self.blob_size(node["blob"])
+            if size is not None:
+                summary = {**summary, "bytes": size}
+        return summary
 
     def generic(self, node: dict[str, Any]) -> dict[str, Any]:
         """A summary of a node from its small fields (any codec)."""
@@ -129,12 +183,41 @@ class SummaryReader:
             ):
                 out[name] = value
             elif isinstance(value, dict) and value.get("$") == "code":
-                out[name] = _code_name(value)
+                out["class" if name == "cls" else name] = _code_name(value)
         if isinstance(node.get("blob"), str):
             size = self.blob_size(node["blob"])
             if size is not None:
                 out["bytes"] = size
+        elif not _tensor_like(node):
+            count, nbytes = _nested_tensors(node)
+            if count:
+                out["tensors"] = count
+                out.setdefault("nbytes", nbytes)
         return out
+
+
+def _tensor_like(node: Any) -> bool:
+    return isinstance(node, dict) and "dtype" in node and "shape" in node
+
+
+def _nested_tensors(node: dict[str, Any]) -> tuple[int, int]:
+    """(count, bytes) of the tensor-like nodes inside *node* (inline ones only)."""
+    count = nbytes = 0
+    stack: list[Any] = [v for k, v in node.items() if k != "$"]
+    seen = 0
+    while stack and seen < _NESTED_SCAN_MAX:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if _tensor_like(item):
+                count += 1
+                if isinstance(item.get("nbytes"), int):
+                    nbytes += item["nbytes"]
+            else:
+                stack.extend(item.values())
+    return count, nbytes
 
 
 def _strip_label(items: list[Any]) -> list[Any]:
@@ -167,10 +250,7 @@ def _key_text(reader: SummaryReader, key: Any) -> str:
 
 
 def _bytes(reader: SummaryReader, node: dict[str, Any]) -> dict[str, Any]:
-    if "blob" in node:
-        size = reader.blob_size(node["blob"])
-    else:
-        size = len(node.get("hex", "")) // 2
+    size = reader.blob_size(node["blob"]) if "blob" in node else len(node.get("hex", "")) // 2
     return {"type": node["$"], "len": size}
 
 
@@ -210,18 +290,20 @@ _HANDLERS: dict[Any, Callable[[SummaryReader, dict[str, Any]], Any]] = {
 }
 
 
-def summarize_value(objects: Any, doc_id: str | None) -> Any:
+def summarize_value(objects: Any, doc_id: str | None, load_codecs: bool = True) -> Any:
     """The summary of the value stored as document *doc_id* (None for no value)."""
     if doc_id is None:
         return None
-    return SummaryReader(objects).summarize_doc(doc_id)
+    return SummaryReader(objects, load_codecs=load_codecs).summarize_doc(doc_id)
 
 
-def summarize_arguments(objects: Any, args_id: str | None) -> dict[str, Any]:
+def summarize_arguments(
+    objects: Any, args_id: str | None, load_codecs: bool = True
+) -> dict[str, Any]:
     """Summaries of a call's arguments, by name, from its arguments document."""
     if args_id is None:
         return {}
-    reader = SummaryReader(objects)
+    reader = SummaryReader(objects, load_codecs=load_codecs)
     try:
         node = reader.node_of(args_id)
     except MemostoreError as exc:
@@ -232,7 +314,6 @@ def summarize_arguments(objects: Any, args_id: str | None) -> dict[str, Any]:
 
 
 # -- text --------------------------------------------------------------------------------
-_SIZE_FIELDS = ("bytes", "nbytes")
 
 
 def describe(summary: Any, width: int = 100) -> str:
@@ -277,7 +358,9 @@ def _describe(summary: Any) -> str:
 def _describe_generic(kind: str, summary: dict[str, Any]) -> str:
     name = str(summary.get("class") or kind)
     parts: list[str] = []
-    dtype = summary.get("dtype") or summary.get("descr")
+    dtype = summary.get("dtype")
+    if dtype is None and isinstance(summary.get("descr"), str):
+        dtype = _numpy_dtype_name(summary["descr"])
     if dtype is not None:
         parts.append(str(dtype).replace("torch.", ""))
     if "shape" in summary:
@@ -288,12 +371,25 @@ def _describe_generic(kind: str, summary: dict[str, Any]) -> str:
             break
     skip = {"type", "class", "dtype", "descr", "shape", "state", "items", *_SIZE_FIELDS}
     for key, value in summary.items():
-        if key in skip or isinstance(value, (dict, list)):
+        if key in skip or isinstance(value, (dict, list)) or value is False:
             continue
         parts.append(f"{key}={value}")
     if "state" in summary and not parts:
         return f"{name}({_describe(summary['state'])})"
     return f"{name}({', '.join(parts)})" if parts else name
+
+
+_DESCR_KINDS = {"f": "float", "i": "int", "u": "uint", "c": "complex"}
+
+
+def _numpy_dtype_name(descr: str) -> str:
+    """``<f4`` -> ``float32`` (numpy's own name) without importing numpy."""
+    kind, size = descr[1:2], descr[2:]
+    if descr[1:] == "b1":
+        return "bool"
+    if kind in _DESCR_KINDS and size.isdigit():
+        return f"{_DESCR_KINDS[kind]}{int(size) * 8}"
+    return descr
 
 
 def format_bytes(size: float) -> str:

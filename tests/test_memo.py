@@ -410,3 +410,26 @@ def test_concurrent_processes_share_one_store(tmp_path: Path) -> None:
     assert counter.read_text().count("\n") == before
     assert not list(store.rglob("*.lock"))
     assert list((store / "tmp").iterdir()) == []
+
+
+def test_argument_binding_matches_python(store_dir: Path) -> None:
+    @memo
+    def f(a, b=2):
+        return a + b
+
+    assert f.key(1) == f.key(1, 2) == f.key(a=1) == f.key(b=2, a=1)
+    assert f.key(1) != f.key(2)
+    with pytest.raises(TypeError):
+        f.key()
+    with pytest.raises(TypeError):
+        f.key(1, 2, 3)
+    with pytest.raises(TypeError):
+        f.key(1, a=1)
+    with pytest.raises(TypeError):
+        f.key(1, c=3)
+
+    @memo
+    def g(*items, **options):
+        return items, options
+
+    assert g.key(1, 2, x=1) == g.key(1, 2, x=1) != g.key(1, 2)

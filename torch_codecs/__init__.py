@@ -1,0 +1,40 @@
+"""PyTorch values for memostore: tensors, modules, optimizers, schedulers, data and RNGs.
+
+memostore finds this package through the ``memostore.codecs`` entry point
+(``torch = "torch_codecs:register"``) the first time it meets a type it does not
+know, so importing memostore never imports torch. ``docs/torch.md`` describes
+what is stored for each type, and the rules for identity, sharing and caching.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def register(registry: Any) -> None:
+    """Register every torch codec into a memostore codec registry."""
+    from .data import DATA_CODECS
+    from .dtypes import DtypeCodec, MemoryFormatCodec
+    from .loaders import DataLoaderCodec
+    from .modules import ModuleCodec
+    from .optim import OptimizerCodec
+    from .rng import GeneratorCodec
+    from .schedulers import SchedulerCodec
+    from .tensors import TensorCodec
+
+    codecs = [
+        TensorCodec(),
+        ModuleCodec(),
+        OptimizerCodec(),
+        SchedulerCodec(),
+        *DATA_CODECS,
+        DataLoaderCodec(),
+        GeneratorCodec(),
+        DtypeCodec(),
+        MemoryFormatCodec(),
+    ]
+    for codec in codecs:
+        registry.register(codec)
+
+
+__all__ = ["register"]

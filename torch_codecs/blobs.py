@@ -13,9 +13,9 @@ once and shared by every value that holds the same data. The header is built
 here rather than by ``safetensors.torch.save`` so that hashing and writing stream
 straight from the tensor's memory.
 
-Restoring memory-maps a large blob copy-on-write and checks its digest once per
-process; the tensor then lives in the mapping (the page cache), so a large result
-is never held twice in memory.
+Restoring memory-maps a large blob copy-on-write: the tensor lives in the
+mapping (the page cache), so a large result is never held twice in memory and a
+hit costs next to nothing; ``checks.py`` checks the blob's bytes against its id.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ import json
 import mmap
 import os
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import blake3
 import torch
-from memostore.errors import CorruptObject, MalformedObject
 
+from memostore.errors import MalformedObject
+
+from .checks import PendingCheck, check_mapped
 from .dtypes import BlobLayout, dtype_name, layout_for
 
 TENSOR_KEY = "tensor"
@@ -44,11 +44,6 @@ MMAP_MIN_BYTES = 1 << 20
 
 Buffer = bytes | bytearray | memoryview
 Producer = Callable[[], Iterable[Buffer]]
-
-# blob id -> (inode, size, mtime) of the file already checked in this process.
-# Store files are written once and never modified, so a checked file stays good.
-_verified: dict[str, tuple[int, int, int]] = {}
-_verified_lock = threading.Lock()
 
 
 def header_bytes(layout: BlobLayout, nbytes: int) -> bytes:
@@ -88,19 +83,6 @@ def tensor_producer(t: torch.Tensor) -> tuple[Producer, int]:
     return produce, len(header) + nbytes
 
 
-def bytes_producer(raw: torch.Tensor) -> tuple[Producer, int]:
-    """A producer for a 1-D uint8 tensor of raw storage bytes, as a ``U8`` blob."""
-    nbytes = raw.numel()
-    header = header_bytes(BlobLayout("U8", (nbytes,)), nbytes)
-
-    def produce() -> Iterator[Buffer]:
-        yield header
-        if nbytes:
-            yield from _tensor_chunks(raw)
-
-    return produce, len(header) + nbytes
-
-
 def _tensor_chunks(t: torch.Tensor) -> Iterator[memoryview]:
     if t.device.type == "cpu" and t.is_contiguous():
         yield _host_view(t)
@@ -130,49 +112,36 @@ def _host_view(t: torch.Tensor) -> memoryview:
 
 
 # -- reading ------------------------------------------------------------------------------
-def read_tensor(dec: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-    """The tensor stored in blob *blob_id*, checked against its id, on the host.
+def read_tensor(
+    dec: Any, blob_id: str, dtype: torch.dtype, shape: list[int]
+) -> tuple[torch.Tensor, PendingCheck | None]:
+    """The tensor stored in blob *blob_id*, on the host, and its pending check if any.
 
-    A large blob is memory-mapped copy-on-write: writing to the tensor never
-    touches the store. A small one is read into a fresh buffer.
+    A large blob is memory-mapped copy-on-write (writing to the tensor never
+    touches the store) and checked as ``checks.py`` says; a small one is read
+    into a fresh buffer and checked at once.
     """
-    buf = _open_blob(dec, blob_id)
+    buf, pending = _open_blob(dec, blob_id)
     start, count = _parse_header(buf, blob_id, dtype, shape)
     if count == 0:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype), pending
     flat = torch.frombuffer(buf, dtype=torch.uint8, count=count, offset=start)
-    return flat.view(dtype).reshape(shape)
+    return flat.view(dtype).reshape(shape), pending
 
 
-def _open_blob(dec: Any, blob_id: str) -> Any:
+def _open_blob(dec: Any, blob_id: str) -> tuple[Any, PendingCheck | None]:
     path = dec.blob_path(blob_id)
     if path is not None:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             if st.st_size >= MMAP_MIN_BYTES:
-                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-                _verify_mapping(dec, blob_id, mapped, (st.st_ino, st.st_size, st.st_mtime_ns))
-                return mapped
-    return dec.objects.get_bytearray(blob_id)
+                stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+                pending = check_mapped(dec.objects, blob_id, path, stamp)
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), pending
+    return dec.objects.get_bytearray(blob_id), None
 
 
-def _verify_mapping(dec: Any, blob_id: str, mapped: mmap.mmap, stamp: tuple[int, int, int]) -> None:
-    with _verified_lock:
-        if _verified.get(blob_id) == stamp:
-            return
-    actual = blake3.blake3(memoryview(mapped), max_threads=blake3.blake3.AUTO).hexdigest()
-    if actual != blob_id:
-        mapped.close()
-        path = dec.blob_path(blob_id)
-        dec.objects.quarantine(blob_id)
-        raise CorruptObject(blob_id, actual, str(path) if path else None)
-    with _verified_lock:
-        _verified[blob_id] = stamp
-
-
-def _parse_header(
-    buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]
-) -> tuple[int, int]:
+def _parse_header(buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> tuple[int, int]:
     """Check the blob's header against the node; return (data start, data size)."""
     try:
         (length,) = struct.unpack("<Q", bytes(buf[:8]))

@@ -1,5 +1,8 @@
 """Names of torch dtypes in stored nodes, and how each is laid out in a safetensors blob.
 
+``torch.dtype`` and ``torch.memory_format`` values themselves are stored by name
+(codecs ``torch.dtype`` and ``torch.memory_format``).
+
 A node names a dtype by its torch name without the ``torch.`` prefix
 (``"bfloat16"``), which is stable across torch versions. The blob of a tensor is
 a safetensors file; safetensors has a code for most dtypes. The others are
@@ -15,8 +18,12 @@ the file's ``__metadata__``:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from memostore.codecs import Codec
+from memostore.errors import DecodeError
 
 # torch dtype -> safetensors dtype code, for dtypes laid out as they are.
 _NATIVE_NAMES = {
@@ -90,3 +97,38 @@ def layout_for(dtype: torch.dtype, shape: tuple[int, ...], nbytes: int) -> BlobL
 
 def _shape_text(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(n) for n in shape) + "]"
+
+
+class DtypeCodec(Codec):
+    """``torch.dtype`` values (``dtype=torch.float16`` as an argument), by name."""
+
+    tag = "torch.dtype"
+    types = (torch.dtype,)
+
+    def encode(self, dtype: torch.dtype, enc: Any) -> dict[str, Any]:
+        return {"name": dtype_name(dtype)}
+
+    def decode(self, node: dict[str, Any], dec: Any) -> torch.dtype:
+        return dtype_from_name(node["name"])
+
+    def summarize(self, node: dict[str, Any], reader: Any) -> Any:
+        return f"torch.{node.get('name')}"
+
+
+class MemoryFormatCodec(Codec):
+    """``torch.memory_format`` values (``torch.channels_last``), by name."""
+
+    tag = "torch.memory_format"
+    types = (torch.memory_format,)
+
+    def encode(self, fmt: torch.memory_format, enc: Any) -> dict[str, Any]:
+        return {"name": str(fmt).removeprefix("torch.")}
+
+    def decode(self, node: dict[str, Any], dec: Any) -> torch.memory_format:
+        fmt = getattr(torch, node["name"], None)
+        if not isinstance(fmt, torch.memory_format):
+            raise DecodeError(f"this torch has no memory format {node['name']!r}")
+        return fmt
+
+    def summarize(self, node: dict[str, Any], reader: Any) -> Any:
+        return f"torch.{node.get('name')}"

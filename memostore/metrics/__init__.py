@@ -9,6 +9,7 @@ into content-addressed column chunks when it ends. Read them back with
 
 from __future__ import annotations
 
+from .native import log
 from .read import (
     load_events,
     load_manifest,
@@ -18,12 +19,13 @@ from .read import (
     sparkline,
     tag_sparkline,
 )
-from .recover import recover_orphans
+from .recover import journal_roots, recover_orphans
 from .seal import json_number
-from .writer import SummaryWriter, log
+from .writer import SummaryWriter
 
 __all__ = [
     "SummaryWriter",
+    "journal_roots",
     "json_number",
     "load_events",
     "load_manifest",

@@ -32,12 +32,15 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 import weakref
 import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..errors import MemostoreWarning
 
 REC_HEADER = 1
 REC_SCALARS = 2
@@ -253,11 +256,12 @@ class Journal:
     def _encode_scalars(self) -> bytes:
         out: list[bytes] = []
         for tag, (steps, values, walls) in self._scalars.items():
-            name = tag.encode("utf-8", "surrogatepass")
+            name = tag.encode("utf-8", "backslashreplace")  # lone surrogates cannot be stored
             try:
                 step_bytes = array("q", steps).tobytes()
             except OverflowError:
-                step_bytes = array("q", [_clamp_step(s) for s in steps]).tobytes()
+                steps, values, walls = _drop_huge_steps(tag, steps, values, walls)
+                step_bytes = array("q", steps).tobytes()
             out.append(_TAG_HEAD.pack(len(name), len(steps)))
             out.append(name)
             out.append(step_bytes)
@@ -296,8 +300,19 @@ class Journal:
                 os.close(fd)  # releases the lock: the file is already gone
 
 
-def _clamp_step(step: int) -> int:
-    return max(-(1 << 63), min((1 << 63) - 1, step))
+def _drop_huge_steps(
+    tag: str, steps: list[int], values: list[float], walls: list[float]
+) -> tuple[list[int], list[float], list[float]]:
+    # Rare path: the hot path does not range-check steps, so points whose step
+    # does not fit int64 (as TensorBoard's would not) are dropped here, loudly.
+    keep = [i for i, s in enumerate(steps) if -(1 << 63) <= s < (1 << 63)]
+    warnings.warn(
+        f"memostore: dropped {len(steps) - len(keep)} point(s) of {tag!r} whose step "
+        "does not fit in 64 bits",
+        MemostoreWarning,
+        stacklevel=2,
+    )
+    return [steps[i] for i in keep], [values[i] for i in keep], [walls[i] for i in keep]
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -73,6 +73,24 @@ def recover_orphans(store: Store) -> list[str]:
     return recorded
 
 
+def journal_roots(store: Store) -> set[str]:
+    """Ids of the objects that journals in progress (or orphaned) refer to: image blobs.
+
+    They are stored when logged, long before the evaluation's record links
+    them, so ``gc`` must keep them as roots.
+    """
+    if store.root is None:
+        return set()
+    roots: set[str] = set()
+    for path in (store.root / "journal").glob(f"*{jr.JOURNAL_SUFFIX}"):
+        try:
+            contents = jr.parse(path.read_bytes())
+        except OSError:
+            continue
+        roots.update(e["blob"] for e in contents.events if e.get("kind") == "image")
+    return roots
+
+
 def _recover_one(store: Store, path: Path, now: float) -> str | None:
     try:
         fd = os.open(path, os.O_RDWR)

@@ -56,6 +56,11 @@ def _protos() -> SimpleNamespace:
     )
 
 
+def require_tensorboard() -> None:
+    """Raise :class:`MemostoreError` with the install hint if tensorboard is missing."""
+    _protos()
+
+
 def run_name(function: str, evaluation_id: str) -> str:
     """The run directory name of an evaluation: ``<short function>-<12 hex digits>``."""
     short = function.split(":", 1)[-1] if ":" in function else function
@@ -109,7 +114,7 @@ def _write_run(p: SimpleNamespace, store: Store, evaluation: Any, run_dir: Path)
 
 
 def _tag_events(p: Any, store: Store, logs_id: str, tag: str, kind: str) -> Any:
-    Summary, Event = p.summary.Summary, p.event.Event  # noqa: N806 - protobuf classes
+    Summary, Event = p.summary.Summary, p.event.Event
     if kind == "scalar":
         steps, values, walls = load_series(store, logs_id, tag)
         for s, v, w in zip(steps.tolist(), values.tolist(), walls.tolist(), strict=True):

@@ -92,10 +92,6 @@ def _finalize(ctx: context.EvalContext, status: str) -> dict[str, Any]:
     return {"logs": logs_id}
 
 
-def _context() -> context.EvalContext:
-    return _current.get() or context.current_or_run()
-
-
 def _wall(walltime: Any) -> float:
     return time.time() if walltime is None else float(walltime)
 
@@ -104,7 +100,10 @@ def _step(step: Any) -> int:
     # TensorBoard records a missing step as 0.
     if step is None:
         return 0
-    return int(step)
+    step = int(step)
+    if not -(1 << 63) <= step < (1 << 63):
+        raise ValueError(f"step {step} does not fit in 64 bits")
+    return step
 
 
 # -- SummaryWriter --------------------------------------------------------------------------
@@ -453,62 +452,4 @@ class SummaryWriter:
         self.close()
 
 
-# -- the native API --------------------------------------------------------------------------
-def log(
-    values: Mapping[str, Any], step: int | None = None, *, walltime: float | None = None
-) -> None:
-    """Log several metrics of one step into the current evaluation.
-
-    Numbers (and one-element tensors) become scalars, strings become text,
-    larger arrays and tensors become histograms; nested mappings are flattened
-    with ``/``. Without *step*, each call takes the step after the previous
-    call's (0 first), so a loop of ``log({...})`` calls counts its own steps.
-
-    Args:
-        values: tag -> value.
-        step: the step of every value, or None for the next one.
-        walltime: seconds since the epoch; now by default.
-    """
-    try:
-        journal = journal_for(_context())
-        if step is None:
-            step = journal.step_counter
-        step = int(step)
-        journal.step_counter = step + 1
-        wall = _wall(walltime)
-        for tag, value in _flatten(values, ""):
-            _log_one(journal, tag, value, step, wall)
-    except Exception as exc:
-        _warn_once(("log", type(exc)), f"log dropped points ({type(exc).__name__}: {exc})")
-
-
-def _flatten(values: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for key, value in values.items():
-        tag = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.extend(_flatten(value, tag + "/"))
-        else:
-            out.append((tag, value))
-    return out
-
-
-def _log_one(journal: Journal, tag: str, value: Any, step: int, wall: float) -> None:
-    if isinstance(value, str):
-        journal.add_event({"kind": "text", "tag": tag, "text": value, "step": step, "wall": wall})
-        return
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        journal.add_scalar(tag, step, float(value), wall)
-        return
-    array = convert.to_numpy(value)
-    if array.size == 1:
-        journal.add_scalar(tag, step, float(array.reshape(-1)[0]), wall)
-    elif array.size > 1 and array.dtype.kind in "biuf":
-        event = {"kind": "histogram", "tag": tag, "step": step, "wall": wall}
-        event.update(convert.histogram(array))
-        journal.add_event(event)
-    else:
-        raise TypeError(f"cannot log {type(value).__name__} as {tag!r}")
-
-
-__all__ = ["SummaryWriter", "log"]
+__all__ = ["SummaryWriter", "journal_for"]

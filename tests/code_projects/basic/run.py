@@ -1,14 +1,18 @@
 """Print the code digests of the fixture project as JSON."""
 
 import json
-
-from memostore.code_deps import code_info
+import sys
 
 from pkg import mod_a
 
+from memostore.code_deps import code_info
+
 assert mod_a.f(2) == mod_a.f(2)
 out = {}
-for name in ("f", "is_even", "is_odd"):
+names = ["f", "is_even", "is_odd"]
+if sys.argv[1:] == ["reverse"]:  # the order of first calls must not matter
+    names.reverse()
+for name in names:
     info = code_info(getattr(mod_a, name))
     out[name] = {
         "symbol": info.symbol,

@@ -1,0 +1,295 @@
+"""``memostore log``: evaluations, newest first."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from .output import (
+    STATUS_STYLE,
+    Output,
+    age,
+    csv_text,
+    duration,
+    markdown_table,
+    number,
+    padded,
+    warn,
+)
+from .state import State, pass_state
+
+METRIC_STATS = ("last", "min", "max", "first", "count")
+# On a terminal, without -n, show this many (a footer says how to see all).
+TERMINAL_DEFAULT_COUNT = 50
+_FIELD_KEYS = {
+    "created": "started",
+    "duration": "duration_s",
+    "function": "function",
+    "status": "status",
+}
+
+
+@click.command("log")
+@click.argument("function", required=False)
+@click.option(
+    "-n",
+    "--max-count",
+    "max_count",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Show at most N evaluations (0: all; default: all, "
+    f"or the newest {TERMINAL_DEFAULT_COUNT} on a terminal).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option(
+    "--graph", is_flag=True, help="Draw lineage: evaluations whose results were passed in."
+)
+@click.option(
+    "--metrics",
+    "metric_tags",
+    default=None,
+    metavar="TAG[,TAG...]",
+    help="Add last/min columns for these logged metrics.",
+)
+@click.option(
+    "--sort-by",
+    default=None,
+    metavar="KEY",
+    help="TAG:STAT (stat: last, min, max, first, count), a hyper-parameter, "
+    "'created' or 'duration'.",
+)
+@click.option(
+    "--sort-order",
+    type=click.Choice(["asc", "desc"]),
+    default=None,
+    help="Order for --sort-by (default asc; newest first without --sort-by).",
+)
+@click.option("--csv", "table_format", flag_value="csv", default=None, help="Print a CSV table.")
+@click.option("--md", "table_format", flag_value="md", help="Print a Markdown table.")
+@pass_state
+def log(
+    state: State,
+    function: str | None,
+    max_count: int | None,
+    as_json: bool,
+    graph: bool,
+    metric_tags: str | None,
+    sort_by: str | None,
+    sort_order: str | None,
+    table_format: str | None,
+) -> None:
+    """List evaluations, newest first (only FUNCTION's when given).
+
+    One line per evaluation: short id, function, arguments, status, age and
+    duration. With --metrics, --csv or --md, a table with a column per
+    hyper-parameter and per chosen metric.
+    """
+    from memostore.inspection import log_records
+
+    if as_json and table_format:
+        raise click.UsageError("--json cannot be combined with --csv or --md")
+    if graph and (as_json or table_format):
+        raise click.UsageError(
+            "--graph draws text; it cannot be combined with --json, --csv or --md"
+        )
+    out = Output()
+    records, problems = log_records(state.store, function)
+    for evaluation_id, reason in sorted(problems.items()):
+        warn(f"evaluation {evaluation_id[:12]} named by a ref cannot be read ({reason})")
+    tags = [t.strip() for t in (metric_tags or "").split(",") if t.strip()]
+    sort_key = _parse_sort(sort_by, records) if sort_by else None
+    if sort_key and sort_key[0] == "metric" and sort_key[1] not in tags:
+        tags.append(sort_key[1])
+    metrics = _MetricCache(state)
+    if sort_key:
+        records = _sorted(records, sort_key, sort_order or "asc", metrics)
+    if max_count is None and out.rich and not (as_json or table_format):
+        max_count = TERMINAL_DEFAULT_COUNT
+    total = len(records)
+    if max_count:
+        records = records[:max_count]
+    if tags:
+        for record in records:
+            record["metrics"] = metrics.selected(record, tags)
+    if as_json:
+        out.json_list(records)
+        return
+    if table_format or tags:
+        _print_table(out, records, tags, table_format)
+    else:
+        _print_lines(out, records, graph)
+    if total > len(records) and out.rich:
+        out.line(f"… {total - len(records)} older; use -n 0 to see all", style="dim")
+
+
+class _MetricCache:
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self._by_logs: dict[str, dict[str, Any]] = {}
+
+    def summary(self, record: dict[str, Any]) -> dict[str, Any]:
+        from memostore.inspection import metrics_of
+
+        logs = record.get("logs")
+        if not logs:
+            return {}
+        if logs not in self._by_logs:
+            summary, error = metrics_of(self.state.store, logs)
+            if error:
+                warn(f"metrics of {record['id'][:12]} cannot be read ({error})")
+            self._by_logs[logs] = summary
+        return self._by_logs[logs]
+
+    def selected(self, record: dict[str, Any], tags: Sequence[str]) -> dict[str, Any]:
+        summary = self.summary(record)
+        return {tag: summary[tag] for tag in tags if tag in summary}
+
+
+def _parse_sort(key: str, records: list[dict[str, Any]]) -> tuple[str, str, str]:
+    tag, sep, stat = key.rpartition(":")
+    if sep and stat in METRIC_STATS and tag:
+        return ("metric", tag, stat)
+    if key in _FIELD_KEYS:
+        return ("field", _FIELD_KEYS[key], "")
+    if any(key in (r.get("args") or {}) for r in records):
+        return ("arg", key, "")
+    if sep and stat not in METRIC_STATS:
+        raise click.BadParameter(
+            f"unknown statistic {stat!r}; use one of {', '.join(METRIC_STATS)}",
+            param_hint="--sort-by",
+        )
+    return ("metric", key, "last")
+
+
+def _sorted(
+    records: list[dict[str, Any]], key: tuple[str, str, str], order: str, metrics: _MetricCache
+) -> list[dict[str, Any]]:
+    kind, name, stat = key
+
+    def value(record: dict[str, Any]) -> Any:
+        if kind == "metric":
+            return (metrics.summary(record).get(name) or {}).get(stat)
+        if kind == "field":
+            return record.get(name)
+        return (record.get("args") or {}).get(name)
+
+    keyed = [(value(r), r) for r in records]
+    present = [(v, r) for v, r in keyed if _sortable(v)]
+    missing = [r for v, r in keyed if not _sortable(v)]
+    numeric = all(isinstance(v, (int, float)) for v, _ in present)
+    present.sort(key=lambda vr: vr[0] if numeric else str(vr[0]), reverse=order == "desc")
+    # Evaluations without the value go last whatever the order.
+    return [r for _, r in present] + missing
+
+
+def _sortable(value: Any) -> bool:
+    if value is None:
+        return False
+    return not (isinstance(value, float) and math.isnan(value))
+
+
+def _status_text(record: dict[str, Any]) -> str:
+    status = str(record.get("status"))
+    error = record.get("error")
+    if status != "ok" and error:
+        return f"{status}: {str(error).rsplit('.', 1)[-1]}"
+    return status
+
+
+def _args_text(record: dict[str, Any]) -> str:
+    summary = record.get("args_summary")
+    if summary is None:
+        summary = {k: repr(v) for k, v in (record.get("args") or {}).items()}
+    return ", ".join(f"{name}={text}" for name, text in summary.items())
+
+
+def _print_lines(out: Output, records: list[dict[str, Any]], graph: bool) -> None:
+    from .graph import graph_rows
+
+    rows = [
+        [
+            r["id"][:10],
+            r["function"],
+            _args_text(r),
+            _status_text(r),
+            age(r.get("started")),
+            duration(r.get("duration_s")),
+        ]
+        for r in records
+    ]
+    prefixes = graph_rows(records) if graph else [([], "")] * len(records)
+    if not out.rich:
+        # One write for the whole listing: per-line echo dominates on big stores.
+        text = []
+        for cells, (before, prefix) in zip(padded(rows), prefixes, strict=True):
+            text += [connector.rstrip() for connector in before]
+            text.append((prefix + "  ".join(cells)).rstrip())
+        out.text("\n".join(text))
+        return
+    for record, cells, (before, prefix) in zip(records, padded(rows), prefixes, strict=True):
+        for connector in before:
+            out.line(connector.rstrip(), style="yellow")
+        status_style = STATUS_STYLE.get(str(record.get("status")), "magenta")
+        styles = ["yellow", "bold", None, status_style, "dim", "dim"]
+        parts: list[tuple[str, str | None]] = [(prefix, "yellow")]
+        for i, (cell, style) in enumerate(zip(cells, styles, strict=True)):
+            parts.append((cell if i == len(cells) - 1 else cell + "  ", style))
+        out.styled(parts)
+
+
+def _print_table(
+    out: Output, records: list[dict[str, Any]], tags: list[str], fmt: str | None
+) -> None:
+    hparams: list[str] = []
+    for record in records:
+        for name in record.get("args") or {}:
+            if name not in hparams:
+                hparams.append(name)
+    stats = ("last", "min")
+    columns = ["id", "function", "status", "created", "duration_s" if fmt == "csv" else "duration"]
+    columns += hparams + [f"{tag}:{stat}" for tag in tags for stat in stats]
+    rows: list[list[Any]] = []
+    for r in records:
+        args = r.get("args") or {}
+        metric_cells = [
+            ((r.get("metrics") or {}).get(tag) or {}).get(stat) for tag in tags for stat in stats
+        ]
+        if fmt == "csv":
+            rows.append(
+                [r["id"], r["function"], r.get("status"), r.get("created"), r.get("duration_s")]
+                + [_cell(args.get(h)) for h in hparams]
+                + [_csv_number(v) for v in metric_cells]
+            )
+        else:
+            rows.append(
+                [
+                    r["id"][:10],
+                    r["function"],
+                    _status_text(r),
+                    age(r.get("started")),
+                    duration(r.get("duration_s")),
+                ]
+                + [_cell(args.get(h)) for h in hparams]
+                + [number(v) for v in metric_cells]
+            )
+    if fmt == "csv":
+        click.echo(csv_text(columns, rows), nl=False)
+    elif fmt == "md":
+        click.echo(markdown_table(columns, rows), nl=False)
+    else:
+        out.table(columns, rows, styles=["yellow", None, None, "dim", "dim"])
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else number(value)
+
+
+def _csv_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return "" if value is None else value

@@ -1,0 +1,189 @@
+"""``memostore show REV``: one evaluation in full (no tensor data is read)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .output import STATUS_STYLE, Output, age, duration, number
+from .state import State, pass_state
+
+_SEQUENCES = ("list", "tuple", "set", "frozenset")
+_MAPPINGS = ("dict", "OrderedDict")
+# The end of a failed evaluation's traceback is where its cause is.
+TRACEBACK_LINES = 12
+
+
+@click.command("show")
+@click.argument("rev")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+@pass_state
+def show(state: State, rev: str, as_json: bool) -> None:
+    """Show one evaluation: code and dependencies, arguments, result, metrics, provenance.
+
+    REV is an evaluation id, a unique prefix of at least 4 hex digits, a
+    function name (its newest evaluation) or NAME~N (the N-th older one).
+    """
+    from memostore.inspection import show_record
+
+    evaluation_id = state.resolve(rev)
+    # Codec packages are not loaded: summaries must not import torch (see summaries.py).
+    record = show_record(state.store, evaluation_id, load_codecs=False)
+    out = Output()
+    if as_json:
+        out.json(record)
+        return
+    print_record(out, record, state)
+
+
+def print_record(out: Output, record: dict[str, Any], state: State) -> None:
+    from memostore.summaries import describe
+
+    status = str(record.get("status"))
+    out.styled([("evaluation ", "yellow"), (record["id"], "yellow")])
+    rows = [
+        ("function", str(record.get("function"))),
+        ("status", status),
+        ("created", f"{record.get('created')} ({age(record.get('started'))})"),
+        ("duration", duration(record.get("duration_s"))),
+        ("key", str(record.get("key"))),
+    ]
+    if record.get("version") is not None:
+        rows.append(("version", str(record["version"])))
+    if record.get("refs"):
+        rows.append(("refs", ", ".join(record["refs"])))
+    out.pairs(rows)
+    if status != "ok":
+        error = record.get("error") or {}
+        out.line()
+        out.line(
+            f"{status}: {error.get('type', '?')}: {error.get('message', '')}",
+            style=STATUS_STYLE.get(status, "magenta"),
+        )
+        trace = str(error.get("traceback") or "").rstrip().splitlines()
+        for line in trace[-TRACEBACK_LINES:]:
+            out.line("  " + line, style="dim")
+
+    code = record.get("code") or {}
+    out.line()
+    out.heading(f"code {code.get('digest')}")
+    if code.get("error"):
+        out.line(f"  cannot read the code document: {code['error']}", style="red")
+    deps = code.get("dependencies") or []
+    if deps:
+        out.table(
+            ["dependency", "kind", "digest"],
+            [[d["symbol"], str(d.get("kind")), str(d.get("digest"))[:16]] for d in deps],
+            styles=[None, "dim", "yellow"],
+            indent="  ",
+        )
+
+    out.line()
+    out.heading("arguments")
+    args = record.get("args") or {}
+    if not args:
+        out.line("  (none)")
+    out.pairs([(name, describe(value, width=120)) for name, value in args.items()], indent="  ")
+
+    out.line()
+    out.heading("result")
+    if record.get("result_id") is None:
+        out.line("  (none)")
+    else:
+        for line in summary_lines(record.get("result")):
+            out.line("  " + line)
+
+    out.line()
+    out.heading("metrics")
+    _print_metrics(out, record, state)
+
+    out.line()
+    out.heading("provenance")
+    out.pairs(provenance_rows(record.get("provenance") or {}), indent="  ")
+
+    for title in ("parents", "children"):
+        ids = record.get(title) or []
+        if ids:
+            out.line()
+            out.heading(title)
+            for evaluation_id in ids:
+                out.line(f"  {evaluation_id}", style="yellow")
+
+
+def summary_lines(summary: Any, depth: int = 0) -> list[str]:
+    """A result summary as lines: containers one item per line, to two levels."""
+    from memostore.summaries import describe
+
+    if depth < 2 and isinstance(summary, dict):
+        kind = summary.get("type")
+        if kind in _SEQUENCES and summary.get("items"):
+            lines = [f"{kind} of {summary.get('len')}"]
+            for i, item in enumerate(summary["items"]):
+                inner = summary_lines(item, depth + 1)
+                lines.append(f"  [{i}] {inner[0]}")
+                lines += ["  " + line for line in inner[1:]]
+            return lines
+        if kind in _MAPPINGS and summary.get("items"):
+            lines = [f"{kind} of {summary.get('len')}"]
+            for key, item in summary["items"].items():
+                inner = summary_lines(item, depth + 1)
+                lines.append(f"  {key}: {inner[0]}")
+                lines += ["  " + line for line in inner[1:]]
+            return lines
+    return [describe(summary, width=160)]
+
+
+def provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if provenance.get("host"):
+        rows.append(("host", str(provenance["host"])))
+    python = provenance.get("python")
+    if python:
+        rows.append(
+            ("python", f"{python} ({provenance.get('implementation', '')})".replace(" ()", ""))
+        )
+    for name, version in (provenance.get("packages") or {}).items():
+        rows.append((name, str(version)))
+    git = provenance.get("git") or {}
+    if git.get("commit"):
+        dirty = " (dirty)" if git.get("dirty") else ""
+        branch = f" on {git['branch']}" if git.get("branch") else ""
+        rows.append(("git", f"{git['commit'][:12]}{branch}{dirty}"))
+    if provenance.get("platform"):
+        rows.append(("platform", str(provenance["platform"])))
+    if provenance.get("argv"):
+        rows.append(("argv", " ".join(str(a) for a in provenance["argv"])))
+    if provenance.get("cwd"):
+        rows.append(("cwd", str(provenance["cwd"])))
+    return rows
+
+
+def _print_metrics(out: Output, record: dict[str, Any], state: State) -> None:
+    metrics = record.get("metrics") or {}
+    if record.get("metrics_error"):
+        out.line(f"  cannot read the metrics: {record['metrics_error']}", style="red")
+    if not metrics:
+        out.line("  (none)")
+        return
+    columns = ["tag", "count", "first", "last", "min", "max"]
+    rows = []
+    for tag, stats in metrics.items():
+        row = [tag] + [number(stats.get(c)) for c in columns[1:]]
+        if out.rich:
+            row.append(_sparkline(state, record.get("logs"), tag))
+        rows.append(row)
+    if out.rich:
+        columns.append("")
+    out.table(columns, rows, styles=["bold", None, None, None, None, None, "cyan"], indent="  ")
+
+
+def _sparkline(state: State, logs_id: str | None, tag: str) -> str:
+    if not logs_id:
+        return ""
+    try:
+        from memostore.metrics.read import tag_sparkline
+
+        return tag_sparkline(state.store, logs_id, tag)
+    except Exception:  # a sparkline is decoration: never fail show for it
+        return ""

@@ -1,0 +1,227 @@
+"""Auto-fetch: a memoised call that misses locally asks the remotes that opted in.
+
+``fetch_on_miss(store, ref)`` is called by ``@memo`` when the local ref of a
+call is absent. For each remote configured with ``auto_fetch`` it reads
+``refs/<ref>`` there; if the call is known, it downloads that evaluation and
+what it reaches (verified, as ``pull`` does) and sets the local ref, so the
+caller restores the result as if it had been computed here.
+
+It never raises and never holds a call up for long:
+
+- with no auto-fetch remote configured it costs one ``stat`` of
+  ``config.json`` (the parsed config is cached per store and re-read only when
+  the file changes);
+- the lookup of the ref runs in a daemon thread and is abandoned after
+  ``LOOKUP_TIMEOUT_S`` seconds (a hung network mount cannot hang the call);
+  S3 remotes are opened with short connect timeouts and few retries;
+- a remote that cannot be reached is skipped for ``RETRY_AFTER_S`` seconds,
+  and reported by a single :class:`MemostoreWarning` per process; the call then
+  computes locally.
+
+A remote is trusted as far as the code that pushed to it: the fetched
+evaluation must be the one its ref names (same function and call key, checked
+before anything is downloaded), and every object must hash to its id, but a
+result that a teammate's code produced is decoded (and may be unpickled) only
+because the user's own call asked for exactly that evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..errors import MemostoreWarning, RefError
+from ..refs import check_ref_name
+from ..transport import RemoteUnreachable, Transport
+from .config import RemoteConfig, list_remotes, open_remote
+from .sync import SyncReport, parse_ref, pull_refs, read_remote_ref
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+T = TypeVar("T")
+
+LOOKUP_TIMEOUT_S = 5.0
+RETRY_AFTER_S = 300.0
+FETCH_JOBS = 8
+
+_lock = threading.Lock()
+# config path -> (file stamp, auto-fetch remotes); a stamp of None: no config file.
+_config_cache: dict[Path, tuple[Any, list[RemoteConfig]]] = {}
+_transports: dict[tuple[str, str | None], Transport] = {}
+_down_since: dict[tuple[str, str | None], float] = {}
+_warned: set[Any] = set()
+
+
+def fetch_on_miss(store: Store, ref_name: str) -> str | None:
+    """Look *ref_name* up on the auto-fetch remotes and download its evaluation.
+
+    Args:
+        store: the local store, which lacks *ref_name*.
+        ref_name: the call's ref (``evals/<function>/<key>``).
+
+    Returns:
+        The evaluation id now named by the local ref, or None when no remote
+        has it (or none could be asked). Never raises.
+    """
+    try:
+        remotes = auto_fetch_remotes(store)
+    except Exception as exc:
+        _warn_once(("config", store.config_path), f"cannot read the remotes configured ({exc})")
+        return None
+    if not remotes:
+        return None
+    try:
+        check_ref_name(ref_name)
+    except RefError:
+        return None
+    for remote in remotes:
+        try:
+            found = _fetch_from(store, remote, ref_name)
+        except Exception as exc:
+            # A damaged object or a refused request: this evaluation is not
+            # fetched, the call computes it, and other keys may still be fetched.
+            _warn(
+                f"could not fetch {ref_name} from remote {_label(remote)}: {exc}; computing locally"
+            )
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
+    """The store's remotes with auto-fetch on (cached until ``config.json`` changes)."""
+    path = store.config_path
+    if path is None:
+        return [r for r in list_remotes(store) if r.auto_fetch]
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        stamp = None
+    else:
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = _config_cache.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    remotes = [] if stamp is None else [r for r in list_remotes(store) if r.auto_fetch]
+    with _lock:
+        _config_cache[path] = (stamp, remotes)
+    return remotes
+
+
+def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None:
+    key = (remote.url, remote.endpoint)
+    down = _down_since.get(key)
+    if down is not None and time.monotonic() - down < RETRY_AFTER_S:
+        return None
+    try:
+        transport = _transport(remote)
+        raw = _with_timeout(lambda: read_remote_ref(transport, ref_name), LOOKUP_TIMEOUT_S)
+    except Exception as exc:
+        # Whatever keeps the lookup from answering (no network, no mount, no
+        # credentials, no boto3) holds for every call: skip this remote a while.
+        _mark_down(key, remote, exc)
+        return None
+    value = parse_ref(raw)
+    if value is None:
+        return None
+    report = SyncReport("fetch", transport.url)
+    try:
+        with ThreadPoolExecutor(FETCH_JOBS) as pool:
+            pull_refs(store, transport, {ref_name: value}, pool, report)
+    except (RemoteUnreachable, TimeoutError) as exc:
+        _mark_down(key, remote, exc)
+        return None
+    with _lock:
+        _down_since.pop(key, None)
+    if ref_name in report.skipped:
+        reason = report.skipped[ref_name]
+        _warn(f"remote {_label(remote)} holds a ref {ref_name} that {reason}; ignored")
+        return None
+    try:
+        return store.refs.read(ref_name)
+    except RefError:
+        return None
+
+
+def _mark_down(key: tuple[str, str | None], remote: RemoteConfig, exc: BaseException) -> None:
+    with _lock:
+        _down_since[key] = time.monotonic()
+    what = "is unreachable" if isinstance(exc, (RemoteUnreachable, TimeoutError)) else "failed"
+    _warn_once(
+        key,
+        f"auto-fetch: remote {_label(remote)} {what} ({exc}); computing locally. Results "
+        "computed meanwhile are shared once you `memostore push`",
+    )
+
+
+def _transport(remote: RemoteConfig) -> Transport:
+    key = (remote.url, remote.endpoint)
+    with _lock:
+        transport = _transports.get(key)
+    if transport is None:
+        # Opening touches no network; S3 clients are thread-safe and reused.
+        transport = open_remote(remote, "fetch")
+        with _lock:
+            transport = _transports.setdefault(key, transport)
+    return transport
+
+
+def _with_timeout(fn: Callable[[], T], timeout: float) -> T:
+    """Run *fn* in a daemon thread; TimeoutError if it has not answered in time.
+
+    A daemon thread, not an executor: a call stuck in the kernel on a dead
+    network mount is left behind and cannot keep the interpreter from exiting.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="memostore-fetch-lookup", daemon=True).start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"no answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _label(remote: RemoteConfig) -> str:
+    return f"{remote.name} ({remote.url})" if remote.name else remote.url
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=4)
+
+
+def _warn_once(key: Any, message: str) -> None:
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    _warn(message)
+
+
+def reset_state() -> None:
+    """Forget cached configs, transports and unreachable remotes (tests)."""
+    with _lock:
+        transports = list(_transports.values())
+        _config_cache.clear()
+        _transports.clear()
+        _down_since.clear()
+        _warned.clear()
+    for transport in transports:
+        transport.close()

@@ -1,0 +1,417 @@
+"""``push`` and ``pull``: send a store's evaluations to a remote and back.
+
+Both follow the same steps:
+
+1. compare refs: read the other side's value of each ref to transfer;
+2. walk from the refs that differ, skipping every subtree the destination has
+   (see :mod:`memostore.remote.walk` for the invariant that makes this sound);
+3. move the missing objects in parallel, children before parents, each one
+   verified by digest on arrival when pulled;
+4. only then update refs, each by compare-and-swap. A ref that the other side
+   holds with a different value is kept as it is (both are valid results of
+   the same call) unless ``force`` is given.
+
+Each ref is its own file, so two pushers of different evaluations never touch
+the same file; two pushers of the same key race on one compare-and-swap and
+the loser keeps the winner's value. An interrupted transfer is resumed by
+running it again: objects already sent are skipped, refs were not yet written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MemostoreError, ObjectNotFound, RefError
+from ..objects import FORMAT_VERSION, Doc, is_object_id
+from ..refs import check_ref_name
+from ..transport import DirectoryTransport, NotFoundOnRemote, RemoteError, Transport
+from .config import RemoteConfig, get_remote, open_remote
+from .selection import select_refs, target_problem
+from .transfer import (
+    RemotePresence,
+    TransferProgress,
+    download,
+    local_presence,
+    read_local_doc,
+    read_remote_doc,
+    run_waves,
+    upload,
+)
+from .walk import object_name, plan_transfer
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+DEFAULT_JOBS = 8
+REFS_PREFIX = "refs/"
+_CAS_ATTEMPTS = 8
+
+
+@dataclass
+class SyncReport:
+    """What a push or pull did.
+
+    Attributes:
+        direction: ``push`` or ``pull``.
+        remote: the remote's URL.
+        objects: objects this call stored on the destination.
+        bytes: their total size.
+        refs_updated: refs created or moved on the destination.
+        refs_unchanged: refs that already had the same value.
+        refs_kept: refs the destination holds with another value, left as they
+            are (use ``force`` to overwrite).
+        skipped: refs not transferred, with the reason (invalid names, refs
+            whose evaluation does not match them).
+        seconds: wall time.
+    """
+
+    direction: str
+    remote: str
+    objects: int = 0
+    bytes: int = 0
+    refs_updated: list[str] = field(default_factory=list)
+    refs_unchanged: int = 0
+    refs_kept: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.objects == 0 and not self.refs_updated
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["up_to_date"] = self.up_to_date
+        return data
+
+
+def ref_bytes(object_id: str) -> bytes:
+    return object_id.encode("ascii") + b"\n"
+
+
+def parse_ref(raw: bytes | None) -> str | None:
+    """The id a ref file holds, or None when absent or damaged."""
+    if raw is None:
+        return None
+    text = raw.decode("ascii", errors="replace").strip()
+    return text if is_object_id(text) else None
+
+
+def read_remote_ref(transport: Transport, name: str) -> bytes | None:
+    try:
+        return transport.get_bytes(REFS_PREFIX + name)
+    except NotFoundOnRemote:
+        return None
+
+
+def check_remote_format(transport: Transport, *, create: bool) -> None:
+    """Refuse a remote that is not a store of a format this version reads.
+
+    With *create*, an empty remote gets its ``FORMAT`` file, so that a pushed
+    directory is a store in its own right (``Store(path)``, ``fsck``).
+    """
+    from ..store import FORMAT_LINE
+
+    try:
+        raw = transport.get_bytes("FORMAT")
+    except NotFoundOnRemote:
+        if not create:
+            raise RemoteError(
+                f"{transport.url} holds no memostore store (no FORMAT file); check the URL, "
+                "or push to it first"
+            ) from None
+        transport.add_if_new("FORMAT", FORMAT_LINE.encode("ascii"))
+        return
+    words = raw.decode("ascii", errors="replace").split()
+    if len(words) != 2 or words[0] != "memostore" or not words[1].isdigit():
+        raise RemoteError(
+            f"{transport.url} is not a memostore remote (its FORMAT file says {raw[:40]!r})"
+        )
+    if int(words[1]) > FORMAT_VERSION:
+        raise RemoteError(
+            f"{transport.url} uses store format {words[1]}; upgrade memostore to use it"
+        )
+
+
+class _Opened:
+    """A transport resolved from what the caller gave, closed only if we opened it."""
+
+    def __init__(self, store: Store, remote: Any, purpose: str) -> None:
+        if isinstance(remote, Transport):
+            self.transport, self.owned = remote, False
+        else:
+            config = remote if isinstance(remote, RemoteConfig) else get_remote(store, remote)
+            self.transport, self.owned = open_remote(config, purpose), True
+
+    def __enter__(self) -> Transport:
+        return self.transport
+
+    def __exit__(self, *exc: object) -> None:
+        if self.owned:
+            self.transport.close()
+
+
+def _parallel(pool: Executor, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    return list(pool.map(fn, items))
+
+
+def _by_key(pool: Executor, fn: Callable[[Any], Any], items: Sequence[Any]) -> dict[Any, Any]:
+    """{item: fn(item)}, computed in parallel."""
+    return dict(zip(items, pool.map(fn, items), strict=True))
+
+
+# -- push ----------------------------------------------------------------------------------
+def push(
+    store: Store,
+    remote: str | RemoteConfig | Transport | None = None,
+    revs: Sequence[str] = (),
+    *,
+    jobs: int = DEFAULT_JOBS,
+    force: bool = False,
+    progress: TransferProgress | None = None,
+) -> SyncReport:
+    """Send the store's refs (or those *revs* select) and what they reach to a remote.
+
+    Args:
+        store: the local store.
+        remote: a configured remote's name (default: the only one, or
+            ``origin``), a URL, a :class:`RemoteConfig` or an open transport.
+        revs: evaluation ids, prefixes or function names; empty for every ref.
+        jobs: parallel transfers.
+        force: overwrite remote refs that hold another value.
+        progress: receives the transfer's progress.
+
+    Raises:
+        RemoteError: the remote failed (RemoteUnreachable: it cannot be reached).
+        RevisionNotFound: a revision selects nothing.
+    """
+    from ..revisions import resolve_revision
+
+    started = time.perf_counter()
+    progress = progress or TransferProgress()
+    local_refs = dict(store.refs.iter(""))
+    selected = select_refs(local_refs, revs, "this store", lambda r: resolve_revision(store, r))
+    with _Opened(store, remote, "push") as transport, ThreadPoolExecutor(jobs) as pool:
+        report = SyncReport("push", transport.url)
+        check_remote_format(transport, create=True)
+        names = sorted(selected)
+        raws = _by_key(pool, lambda n: read_remote_ref(transport, n), names)
+        to_update: dict[str, str] = {}
+        for name in names:
+            current = parse_ref(raws[name])
+            if current == selected[name]:
+                report.refs_unchanged += 1
+            elif current is None or force:
+                to_update[name] = selected[name]
+            else:
+                report.refs_kept.append(name)
+        plan = plan_transfer(
+            to_update.values(),
+            RemotePresence(transport, pool, listing=not isinstance(transport, DirectoryTransport)),
+            lambda ids: _parallel(pool, lambda i: read_local_doc(store.objects, i), ids),
+            str(store.root or "memory store"),
+        )
+        sizes = {i: len(d.data) for i, d in plan.docs.items()}
+        blobs = sorted(plan.blobs)
+        sizes.update(_by_key(pool, _local_size(store), blobs))
+        progress.start(len(plan), sum(sizes.values()))
+        try:
+            report.objects, report.bytes = run_waves(
+                pool, plan, lambda i: upload(store.objects, transport, plan, i), sizes, progress
+            )
+        finally:
+            progress.finish()
+        outcomes = _parallel(
+            pool,
+            lambda n: _push_ref(transport, n, raws[n], to_update[n], force),
+            sorted(to_update),
+        )
+    _tally(report, sorted(to_update), outcomes)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _local_size(store: Store) -> Callable[[str], int]:
+    def size(object_id: str) -> int:
+        try:
+            return store.objects.size_of(object_id)
+        except ObjectNotFound:
+            raise MemostoreError(
+                f"object {object_id} is linked in this store but missing; run `memostore "
+                "fsck`, then call the function that made it again (or pull it) and push again"
+            ) from None
+
+    return size
+
+
+def _push_ref(transport: Transport, name: str, old: bytes | None, new: str, force: bool) -> str:
+    """Compare-and-swap one remote ref; returns updated / unchanged / kept."""
+    remote_name = REFS_PREFIX + name
+    for _ in range(_CAS_ATTEMPTS):
+        if transport.set_if_equals(remote_name, old, ref_bytes(new)):
+            return "updated"
+        # Someone else wrote it meanwhile: decide again on what is there now.
+        old = read_remote_ref(transport, name)
+        current = parse_ref(old)
+        if current == new:
+            return "unchanged"
+        if current is not None and not force:
+            return "kept"
+    raise RemoteError(f"ref {name} on {transport.url} kept changing; push again")
+
+
+def _tally(report: SyncReport, names: list[str], outcomes: list[str]) -> None:
+    for name, outcome in zip(names, outcomes, strict=True):
+        if outcome == "updated":
+            report.refs_updated.append(name)
+        elif outcome == "unchanged":
+            report.refs_unchanged += 1
+        else:
+            report.refs_kept.append(name)
+
+
+# -- pull ----------------------------------------------------------------------------------
+def list_remote_refs(
+    transport: Transport, pool: Executor, skipped: dict[str, str]
+) -> dict[str, str]:
+    """Every valid ref on the remote (name without ``refs/`` -> id); bad ones go to *skipped*."""
+    names = []
+    for full in transport.list(REFS_PREFIX):
+        name = full[len(REFS_PREFIX) :]
+        try:
+            check_ref_name(name)
+        except RefError:
+            skipped[name] = "invalid ref name"
+            continue
+        names.append(name)
+    refs: dict[str, str] = {}
+    raws = _by_key(pool, lambda n: read_remote_ref(transport, n), names)
+    for name, raw in raws.items():
+        if raw is None:
+            continue  # deleted since it was listed
+        value = parse_ref(raw)
+        if value is None:
+            skipped[name] = "damaged ref (does not hold an object id)"
+        else:
+            refs[name] = value
+    return refs
+
+
+def pull(
+    store: Store,
+    remote: str | RemoteConfig | Transport | None = None,
+    revs: Sequence[str] = (),
+    *,
+    jobs: int = DEFAULT_JOBS,
+    force: bool = False,
+    progress: TransferProgress | None = None,
+) -> SyncReport:
+    """Fetch a remote's refs (or those *revs* select) and what they reach.
+
+    Every object is verified against its id before it is stored; nothing is
+    decoded. Local refs that hold another value are kept unless *force*.
+    Arguments as for :func:`push`.
+    """
+    started = time.perf_counter()
+    with _Opened(store, remote, "pull") as transport, ThreadPoolExecutor(jobs) as pool:
+        report = SyncReport("pull", transport.url)
+        check_remote_format(transport, create=False)
+        remote_refs = list_remote_refs(transport, pool, report.skipped)
+        selected = select_refs(remote_refs, revs, transport.url)
+        pull_refs(store, transport, selected, pool, report, force=force, progress=progress)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def pull_refs(
+    store: Store,
+    transport: Transport,
+    wanted: dict[str, str],
+    pool: Executor,
+    report: SyncReport,
+    *,
+    force: bool = False,
+    progress: TransferProgress | None = None,
+) -> None:
+    """Bring the objects of *wanted* (ref name -> id) into *store*, then set the refs."""
+    progress = progress or TransferProgress()
+    to_set: dict[str, tuple[str | None, str]] = {}
+    for name, value in sorted(wanted.items()):
+        try:
+            local = store.refs.read(name)
+        except RefError:
+            local = None  # a damaged local ref may be overwritten
+        if local == value:
+            report.refs_unchanged += 1
+        elif local is None or force:
+            to_set[name] = (local, value)
+        else:
+            report.refs_kept.append(name)
+    fetched: dict[str, Doc] = {}
+
+    def read_doc(object_id: str) -> Doc:
+        doc = fetched.get(object_id)
+        if doc is None:
+            if store.objects.contains(object_id):
+                return read_local_doc(store.objects, object_id)
+            doc = fetched[object_id] = read_remote_doc(transport, object_id)
+        return doc
+
+    roots = sorted({value for _, value in to_set.values()})
+    root_docs = _by_key(pool, read_doc, roots)
+    for name, (_, value) in list(to_set.items()):
+        problem = target_problem(name, root_docs[value])
+        if problem is not None:
+            report.skipped[name] = problem
+            del to_set[name]
+    plan = plan_transfer(
+        {value for _, value in to_set.values()},
+        local_presence(store.objects),
+        lambda ids: _parallel(pool, read_doc, ids),
+        transport.url,
+    )
+    sizes = {i: len(d.data) for i, d in plan.docs.items()}
+    blobs = sorted(plan.blobs)
+    sizes.update(_by_key(pool, lambda b: _remote_size(transport, b), blobs))
+    progress.start(len(plan), sum(sizes.values()))
+
+    def move(object_id: str) -> bool:
+        return download(store.objects, transport, plan, object_id, sizes[object_id])
+
+    try:
+        report.objects, report.bytes = run_waves(pool, plan, move, sizes, progress)
+    finally:
+        progress.finish()
+    store.objects.sync()  # objects durable before any ref names them
+    names = sorted(to_set)
+    outcomes = [_set_local_ref(store, n, *to_set[n], force) for n in names]
+    _tally(report, names, outcomes)
+
+
+def _remote_size(transport: Transport, object_id: str) -> int:
+    size = transport.stat(object_name(object_id))
+    if size is None:
+        raise RemoteError(
+            f"object {object_id} is missing on {transport.url} although an object there "
+            "links to it; the remote is damaged: push again from a store that has it"
+        )
+    return size
+
+
+def _set_local_ref(store: Store, name: str, old: str | None, new: str, force: bool) -> str:
+    for _ in range(_CAS_ATTEMPTS):
+        if store.refs.set_if_equals(name, old, new):
+            return "updated"
+        try:
+            old = store.refs.read(name)
+        except RefError:
+            old = None
+        if old == new:
+            return "unchanged"
+        if old is not None and not force:
+            return "kept"
+    raise RefError(f"ref {name} kept changing while it was pulled; pull again")

@@ -1,0 +1,210 @@
+"""SummaryWriter and log(): the drop-in surface, and where points land."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_script, write_script
+
+import memostore.metrics as metrics
+from memostore import MemostoreWarning, Store, context, memo
+from memostore.evaluation import Evaluation, failed_ref_name
+from memostore.metrics import SummaryWriter, load_events, load_series, metrics_summary
+from memostore.tensorboard import SummaryWriter as TBWriter
+
+TRAINING_SCRIPT = """
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+writer = SummaryWriter()
+for step in range(20):
+    writer.add_scalar("loss", 1.0 / (step + 1), step)
+    writer.add_scalars("acc", {"train": step / 20, "val": step / 25}, step)
+writer.add_text("notes", "first *run*", 0)
+writer.add_histogram("weights", torch.randn(500), 3)
+writer.add_image("sample", torch.rand(3, 16, 12), 3)
+writer.add_images("batch", torch.rand(5, 1, 4, 4), 3)
+writer.add_hparams({"lr": 0.1, "opt": "sgd", "nesterov": True}, {"hparam/acc": 0.75})
+writer.flush()
+writer.close()
+print("done")
+"""
+
+
+def _summary(store: Store, evaluation: Evaluation) -> dict:
+    assert evaluation.logs_id, "the evaluation has no logs"
+    return metrics_summary(store, evaluation.logs_id)
+
+
+def test_training_script_runs_unchanged_after_import_swap(store_dir: Path, tmp_path: Path) -> None:
+    original = write_script(tmp_path, "train_tb.py", TRAINING_SCRIPT)
+    run_script(original)  # the script is valid for TensorBoard's own writer
+    swapped = TRAINING_SCRIPT.replace(
+        "from torch.utils.tensorboard import", "from memostore.tensorboard import"
+    )
+    proc = run_script(write_script(tmp_path, "train_ms.py", swapped))
+    assert proc.stdout.strip() == "done"
+    assert "Warning" not in proc.stderr, proc.stderr
+
+    store = Store(store_dir, create=False)
+    runs = [eid for name, eid in store.iter_evaluation_refs() if name.startswith("runs/")]
+    assert len(runs) == 1
+    evaluation = Evaluation.load(store, runs[0])
+    assert evaluation.function == "run:train_ms.py"
+    summary = _summary(store, evaluation)
+    assert summary["loss"]["count"] == 20 and summary["loss"]["last"] == 1.0 / 20
+    assert summary["acc/train"]["count"] == 20 and summary["acc/val"]["count"] == 20
+    kinds = {tag: s["kind"] for tag, s in summary.items()}
+    assert kinds["notes"] == "text" and kinds["weights"] == "histogram"
+    assert kinds["sample"] == kinds["batch"] == "image"
+    assert summary["hparam/acc"]["last"] == 0.75
+    assert evaluation.hparams == {"lr": 0.1, "opt": "sgd", "nesterov": True}
+    (image,) = load_events(store, evaluation.logs_id, "sample")
+    assert (image["height"], image["width"], image["channels"]) == (16, 12, 3)
+    assert store.objects.get_bytes(image["blob"]).startswith(b"\x89PNG")
+    (grid,) = load_events(store, evaluation.logs_id, "batch")
+    assert (grid["height"], grid["width"], grid["channels"]) == (4, 20, 1)
+    (hist,) = load_events(store, evaluation.logs_id, "weights")
+    assert hist["num"] == 500 and sum(hist["counts"]) == 500
+
+
+def test_writer_attaches_to_the_innermost_memoised_call(store_dir: Path) -> None:
+    writer = SummaryWriter("ignored/dir")
+
+    @memo(ignore=("w",))
+    def inner(n: int, w):
+        for i in range(n):
+            w.add_scalar("inner", float(i), i)
+        return n
+
+    @memo(ignore=("w",))
+    def outer(n: int, w):
+        w.add_scalar("outer", 1.0, 0)
+        inner(n, w)
+        w.add_scalar("outer", 2.0, 1)
+        return n
+
+    outer(3, writer)
+    store = Store.default()
+    outer_summary = _summary(store, outer.lookup(3, None))
+    inner_summary = _summary(store, inner.lookup(3, None))
+    assert set(outer_summary) == {"outer"} and outer_summary["outer"]["count"] == 2
+    assert set(inner_summary) == {"inner"} and inner_summary["inner"]["count"] == 3
+    assert not Path("ignored").exists()
+    assert writer.get_logdir() == "ignored/dir"
+
+
+def test_tensorboard_semantics_of_steps_and_tags(store_dir: Path) -> None:
+    @memo
+    def run(k: int):
+        with TBWriter() as w:
+            w.add_scalar("a", 1.5)  # no step: TensorBoard records step 0
+            w.add_scalar("a", np.float32(2.5), np.int64(7))
+            w.add_scalars("main", {"x": 1, "y": np.float64(2.0)}, 4)
+            w.add_histogram_raw("h", 0.0, 2.0, 3, 3.0, 5.0, [0.0, 1.0, 2.0], [0, 1, 2], 1)
+        return k
+
+    run(1)
+    store = Store.default()
+    logs = run.lookup(1).logs_id
+    steps, values, _ = load_series(store, logs, "a")
+    assert steps.tolist() == [0, 7] and values.tolist() == [1.5, 2.5]
+    assert load_series(store, logs, "main/x")[1].tolist() == [1.0]
+    assert load_series(store, logs, "main/y")[0].tolist() == [4]
+    (h,) = load_events(store, logs, "h")
+    assert h["counts"] == [0.0, 1.0, 2.0] and h["step"] == 1
+
+
+def test_no_method_raises_and_unsupported_ones_warn_once(store_dir: Path) -> None:
+    @memo
+    def run(k: int):
+        w = SummaryWriter()
+        w.add_scalar("ok", 1.0, 0)
+        w.add_scalar("bad", "not a number", 1)
+        w.add_scalar("bad", np.ones(3), 2)
+        w.add_histogram("empty", [], 0)
+        w.add_image("img", np.zeros((2, 2)), 0)  # wrong dataformats for CHW
+        w.add_graph(object())
+        w.add_graph(object())
+        w.add_embedding(np.zeros((2, 2)))
+        w.add_something_new(1, 2)
+        w.add_scalar("ok", math.nan, 1)
+        return k
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(1)
+    messages = [str(c.message) for c in caught if issubclass(c.category, MemostoreWarning)]
+    assert sum("add_graph is not supported" in m for m in messages) == 1
+    assert any("add_embedding" in m for m in messages)
+    assert any("add_something_new" in m for m in messages)
+    assert any("add_scalar dropped a point" in m for m in messages)
+    assert any("add_histogram dropped" in m for m in messages)
+    summary = _summary(Store.default(), run.lookup(1))
+    assert summary["ok"]["count"] == 2 and summary["ok"]["nan_count"] == 1
+    assert "bad" not in summary
+
+
+def test_native_log_counts_its_own_steps(store_dir: Path) -> None:
+    @memo
+    def run(k: int):
+        for i in range(3):
+            metrics.log({"loss": 1.0 / (i + 1), "opt": {"lr": 0.1}})
+        metrics.log({"loss": 0.0, "note": "jump", "w": np.arange(10.0)}, step=10)
+        metrics.log({"loss": -1.0})
+        return k
+
+    run(1)
+    store = Store.default()
+    logs = run.lookup(1).logs_id
+    steps, values, _ = load_series(store, logs, "loss")
+    assert steps.tolist() == [0, 1, 2, 10, 11]
+    assert values.tolist() == [1.0, 0.5, 1 / 3, 0.0, -1.0]
+    assert load_series(store, logs, "opt/lr")[0].tolist() == [0, 1, 2]
+    assert load_events(store, logs, "note")[0]["text"] == "jump"
+    assert load_events(store, logs, "w")[0]["num"] == 10
+
+
+def test_failed_call_keeps_its_logs(store_dir: Path) -> None:
+    @memo
+    def fails(n: int):
+        w = SummaryWriter()
+        for i in range(n):
+            w.add_scalar("loss", float(i), i)
+        raise RuntimeError("diverged")
+
+    with pytest.raises(RuntimeError, match="diverged"):
+        fails(5)
+    store = Store.default()
+    evaluation_id = store.refs.read(failed_ref_name(fails.symbol, fails.key(5)))
+    evaluation = Evaluation.load(store, evaluation_id)
+    assert evaluation.status == "error"
+    assert _summary(store, evaluation)["loss"]["count"] == 5
+    assert not list((store.root / "journal").glob("*.journal"))
+
+
+def test_logging_outside_memo_records_a_standalone_run(store_dir: Path) -> None:
+    w = SummaryWriter()
+    w.add_scalar("x", 3.0, 0)
+    metrics.log({"y": 4.0})
+    evaluation_id = context.finish_run()
+    assert evaluation_id is not None
+    store = Store.default()
+    evaluation = Evaluation.load(store, evaluation_id)
+    assert evaluation.function.startswith("run:")
+    assert set(_summary(store, evaluation)) == {"x", "y"}
+    # A new run starts for later points, and a run that logs nothing is not recorded.
+    w.add_scalar("x", 5.0, 1)
+    assert context.finish_run() not in (None, evaluation_id)
+    assert context.finish_run() is None
+
+
+def test_public_names() -> None:
+    import memostore
+
+    assert memostore.SummaryWriter is TBWriter is SummaryWriter
+    assert memostore.log is metrics.log

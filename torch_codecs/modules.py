@@ -1,0 +1,210 @@
+"""``nn.Module``: the whole module tree as one document.
+
+Node (tag ``torch.module``, a standalone document), recursively for submodules::
+
+    cls       digest-pinned code ref of the module's class
+    params    [[name, tensor node or null], ...]   in registration order
+    buffers   [[name, tensor node or null], ...]
+    modules   [[name, module tree or null], ...]  (or {"again": n}: the n-th module
+              of this tree, pre-order, when one submodule is registered twice)
+    hooks     {hook dict name: [[n, hook], ...]}  hooks, renumbered 0.. (the
+              handle ids of a process are not part of a value)
+    state     every other entry of the module's __dict__ (training, sizes, ...)
+
+The tree is one document so that identity holds across it: a parameter shared
+by two submodules (tied weights) is one object after a restore, and a
+submodule registered twice is one module. Restoring calls ``cls.__new__`` and
+``__setstate__``, never ``__init__``, as unpickling does.
+
+Modules held in plain attributes (not registered) are stored as values of
+their own and restore as distinct objects.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from memostore.codecs import Codec
+from memostore.errors import EncodeError
+
+from .fingerprints import fingerprint_or_none
+from .tensors import tensor_summary
+
+_OWN_KEYS = frozenset({"_parameters", "_buffers", "_modules"})
+# A compiled forward is a per-process cache; Module.__getstate__ drops it too.
+_TRANSIENT_KEYS = frozenset({"_compiled_call_impl"})
+SESSION_PARAMS = "torch.restored_params"
+
+
+def _is_hook_dict(name: str, value: Any) -> bool:
+    return (
+        name.startswith("_")
+        and "hooks" in name
+        and isinstance(value, dict)
+        and all(type(k) is int for k in value)
+    )
+
+
+def param_key(node: Any) -> Hashable | None:
+    """What identifies a parameter's content across documents (None for views)."""
+    if not isinstance(node, dict) or node.get("$") != "torch.tensor":
+        return None
+    data = node.get("data")
+    if not isinstance(data, dict) or "blob" not in data or "base" in data:
+        return None
+    return (data["blob"], bool(node.get("requires_grad")), node.get("kind"), node.get("device"))
+
+
+class ModuleCodec(Codec):
+    """Any ``torch.nn.Module``, built-in or user-defined."""
+
+    tag = "torch.module"
+    types = (torch.nn.Module,)
+    standalone = True
+
+    def encode(self, m: torch.nn.Module, enc: Any) -> dict[str, Any]:
+        return _encode_tree(m, enc, {})
+
+    def decode(self, node: dict[str, Any], dec: Any) -> torch.nn.Module:
+        restored: list[tuple[Any, Any]] = []
+        module = _decode_tree(node, dec, [], restored)
+        # The optimizer codec binds its parameters to these (see optim.py).
+        by_key: dict[Hashable, list[torch.nn.Parameter]] = {}
+        for param_node, param in restored:
+            key = param_key(param_node)
+            if key is not None and isinstance(param, torch.nn.Parameter):
+                by_key.setdefault(key, []).append(param)
+        dec.session.setdefault(SESSION_PARAMS, []).append(by_key)
+        return module
+
+    def fingerprint(self, m: torch.nn.Module) -> Hashable | None:
+        return fingerprint_or_none(m)
+
+    def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        tensors: dict[str, Any] = {}
+        _summarize_tree(node, "", tensors)
+        return {
+            "type": "torch.module",
+            "class": _class_name(node.get("cls")),
+            "tensors": tensors,
+            "parameters": sum(
+                _numel(t["shape"]) for t in tensors.values() if t.get("type") == "parameter"
+            ),
+            "bytes": sum(t.get("bytes", 0) for t in tensors.values()),
+        }
+
+
+def _encode_tree(m: torch.nn.Module, enc: Any, seen: dict[int, int]) -> dict[str, Any]:
+    index = seen.get(id(m))
+    if index is not None:
+        return {"again": index}
+    seen[id(m)] = len(seen)
+    d = _module_state(m)
+    node: dict[str, Any] = {"cls": enc.code(type(m))}
+    node["params"] = [
+        [name, None if p is None else enc.node(p)] for name, p in d.get("_parameters", {}).items()
+    ]
+    node["buffers"] = [
+        [name, None if b is None else enc.node(b)] for name, b in d.get("_buffers", {}).items()
+    ]
+    node["modules"] = [
+        [name, None if c is None else _encode_tree(c, enc, seen)]
+        for name, c in d.get("_modules", {}).items()
+    ]
+    state: dict[str, Any] = {}
+    hooks: dict[str, Any] = {}
+    for name, value in d.items():
+        if name in _OWN_KEYS or name in _TRANSIENT_KEYS:
+            continue
+        if _is_hook_dict(name, value):
+            hooks[name] = value
+        else:
+            state[name] = value
+    # Handle ids come from a process-wide counter: keep their order, drop their values.
+    numbers = {hid: n for n, hid in enumerate(sorted({k for h in hooks.values() for k in h}))}
+    node["hooks"] = enc.node(
+        {name: [[numbers[k], v] for k, v in h.items()] for name, h in hooks.items()}
+    )
+    node["state"] = enc.node(state)
+    return node
+
+
+def _module_state(m: torch.nn.Module) -> dict[str, Any]:
+    """What pickling would store of *m* (its ``__getstate__``, usually its ``__dict__``)."""
+    getstate = type(m).__getstate__
+    if getstate is torch.nn.Module.__getstate__:
+        return m.__dict__
+    state = getstate(m)  # e.g. RNNs drop their weak references to the flat weights
+    if not isinstance(state, dict):
+        raise EncodeError(
+            f"{type(m).__qualname__}.__getstate__ returned a {type(state).__name__}, "
+            "not a dict; memostore stores modules whose state is a dict"
+        )
+    return state
+
+
+def _decode_tree(
+    node: dict[str, Any], dec: Any, seen: list[torch.nn.Module], restored: list[tuple[Any, Any]]
+) -> torch.nn.Module:
+    if "again" in node:
+        return seen[node["again"]]
+    cls = dec.code(node["cls"])
+    m = cls.__new__(cls)
+    seen.append(m)
+    params: dict[str, Any] = {}
+    for name, pnode in node["params"]:
+        params[name] = None if pnode is None else dec.node(pnode)
+        restored.append((pnode, params[name]))
+    buffers = {name: None if b is None else dec.node(b) for name, b in node["buffers"]}
+    modules = {
+        name: None if c is None else _decode_tree(c, dec, seen, restored)
+        for name, c in node["modules"]
+    }
+    stored_hooks = dec.node(node["hooks"])
+    state = dec.node(node["state"])
+    handle_ids: dict[int, int] = {}
+    for name, entries in stored_hooks.items():
+        hooks: OrderedDict[int, Any] = OrderedDict()
+        for number, hook in entries:
+            if number not in handle_ids:
+                handle_ids[number] = RemovableHandle.next_id
+                RemovableHandle.next_id += 1
+            hooks[handle_ids[number]] = hook
+        state[name] = hooks
+    state["_parameters"] = params
+    state["_buffers"] = buffers
+    state["_modules"] = modules
+    m.__setstate__(state)
+    return m
+
+
+def _summarize_tree(node: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    if "again" in node:
+        return
+    for section in ("params", "buffers"):
+        for name, tnode in node.get(section, ()):
+            if isinstance(tnode, dict) and tnode.get("$") == "torch.tensor":
+                out[prefix + name] = tensor_summary(tnode)
+            elif isinstance(tnode, dict) and tnode.get("$") == "same":
+                out[prefix + name] = {"type": "tied"}
+    for name, child in node.get("modules", ()):
+        if isinstance(child, dict):
+            _summarize_tree(child, f"{prefix}{name}.", out)
+
+
+def _class_name(code: Any) -> str | None:
+    if isinstance(code, dict) and "qualname" in code:
+        return f"{code.get('module')}.{code['qualname']}"
+    return None
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for s in shape or ():
+        n *= s
+    return n

@@ -1,0 +1,362 @@
+"""Tensors and ``nn.Parameter``: a node with dtype, shape and device, bytes in a blob.
+
+Node (tag ``torch.tensor``)::
+
+    dtype, shape, device, requires_grad, nbytes
+    kind       "param" for nn.Parameter; absent for a plain tensor
+    cls        code ref of any other tensor subclass
+    state      the tensor's __dict__ (attributes set on it), when not empty
+    layout     absent for strided tensors; "sparse_coo", "sparse_csr", ... otherwise
+    data       {"blob": id}                  the tensor's own bytes (by value)
+               {"blob": id, "k": n}          ... which later tensors view (anchor n)
+               {"base": {"k", "blob", "dtype", "shape"}, "offset", "stride"}
+                                             a view into anchor n's storage
+               null                          a meta tensor (no data)
+
+A tensor is stored by value (its digest depends on dtype, shape and bytes,
+never on its memory layout). Within one document, a later tensor whose bytes
+lie inside the storage of an earlier *contiguous* tensor is stored as a view of
+it, so ``(t, t[:10])`` restores with shared storage as ``torch.save`` does; an
+earlier tensor that lies inside a later contiguous one is turned into a view
+of the later one (its own blob then stays in the store, unused). Views whose
+storage no stored contiguous tensor covers (two slices of a tensor that is not
+itself stored) restore as independent copies.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from memostore.codecs import Codec
+from memostore.errors import EncodeError, MemostoreWarning
+from memostore.hashcache import digest_cache
+
+from .blobs import data_nbytes, read_tensor, tensor_producer
+from .checks import PendingCheck
+from .dtypes import dtype_from_name, dtype_name
+from .fingerprints import tensor_data_state
+
+_SCRATCH_GROUPS = "torch.storage_groups"
+_SCRATCH_ANCHORS = "torch.anchor_count"
+_SESSION_WARNED = "torch.device_warned"
+
+_COMPRESSED = {
+    torch.sparse_csr: ("crow_indices", "col_indices"),
+    torch.sparse_csc: ("ccol_indices", "row_indices"),
+    torch.sparse_bsr: ("crow_indices", "col_indices"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices"),
+}
+
+
+class _Member:
+    """A tensor already encoded in this document, with the byte range it covers."""
+
+    __slots__ = ("data", "dtype", "end", "itemsize", "k", "shape", "start", "stride", "tensor")
+
+    def __init__(self, t: torch.Tensor, data: dict[str, Any], start: int, end: int) -> None:
+        self.tensor = t  # kept alive so its storage address cannot be reused meanwhile
+        self.data = data
+        self.start = start
+        self.end = end
+        self.itemsize = t.element_size()
+        self.dtype = dtype_name(t.dtype)
+        self.shape = list(t.shape)
+        self.stride = list(t.stride())
+        self.k: int | None = None
+
+
+class _StorageGroup:
+    """Tensors of one document sharing one storage: anchors (contiguous) and views."""
+
+    def __init__(self) -> None:
+        self.anchors: list[_Member] = []
+        self.views: list[tuple[_Member, _Member]] = []  # (view, its anchor)
+
+    def covering(self, start: int, end: int, itemsize: int) -> _Member | None:
+        for anchor in self.anchors:
+            if (
+                anchor.start <= start
+                and end <= anchor.end
+                and (start - anchor.start) % itemsize == 0
+            ):
+                return anchor
+        return None
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    itemsize = t.element_size()
+    start = t.storage_offset() * itemsize
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    return start, start + (last + 1) * itemsize
+
+
+def _view_data(view: _Member, anchor: _Member, enc: Any) -> dict[str, Any]:
+    if anchor.k is None:
+        anchor.k = enc.scratch.get(_SCRATCH_ANCHORS, 0)
+        enc.scratch[_SCRATCH_ANCHORS] = anchor.k + 1
+        anchor.data["k"] = anchor.k
+    base = {
+        "k": anchor.k,
+        "blob": anchor.data["blob"],
+        "dtype": anchor.dtype,
+        "shape": anchor.shape,
+    }
+    return {
+        "base": base,
+        "offset": (view.start - anchor.start) // view.itemsize,
+        "stride": view.stride,
+    }
+
+
+def _set_data(member: _Member, data: dict[str, Any]) -> None:
+    member.data.clear()
+    member.data.update(data)
+
+
+class TensorCodec(Codec):
+    """``torch.Tensor`` and its subclasses (``nn.Parameter`` foremost)."""
+
+    tag = "torch.tensor"
+    types = (torch.Tensor,)
+
+    # -- encoding ----------------------------------------------------------------------
+    def encode(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
+        _check_supported(t)
+        cls = type(t)
+        node: dict[str, Any] = {
+            "dtype": dtype_name(t.dtype),
+            "shape": list(t.shape),
+            "device": str(t.device),
+            "requires_grad": t.requires_grad,
+        }
+        if cls is torch.nn.Parameter:
+            node["kind"] = "param"
+        elif cls is not torch.Tensor:
+            node["cls"] = enc.code(cls)
+        if t.layout == torch.strided:
+            node["nbytes"] = data_nbytes(t)
+            node["data"] = None if t.is_meta else self._data(t, enc)
+        else:
+            node.update(_encode_sparse(t, enc))
+        state = t.__dict__ if cls is not torch.Tensor else None
+        if state:
+            node["state"] = enc.node(dict(state))
+        return node
+
+    def _data(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
+        plain = not (t.is_conj() or t.is_neg())
+        shareable = plain and t.numel() > 0 and t.untyped_storage().nbytes() > 0
+        if not shareable:
+            return {"blob": _blob(t, enc)}
+        groups = enc.scratch.setdefault(_SCRATCH_GROUPS, {})
+        key = (str(t.device), t.untyped_storage().data_ptr())
+        group = groups.get(key)
+        start, end = _byte_range(t)
+        if group is not None:
+            anchor = group.covering(start, end, t.element_size())
+            if anchor is not None:
+                view = _Member(t, {}, start, end)
+                view.data.update(_view_data(view, anchor, enc))
+                group.views.append((view, anchor))
+                return view.data
+        data = {"blob": _blob(t, enc)}
+        if t.is_contiguous():
+            if group is None:
+                group = groups[key] = _StorageGroup()
+            self._absorb(group, _Member(t, data, start, end), enc)
+        return data
+
+    def _absorb(self, group: _StorageGroup, anchor: _Member, enc: Any) -> None:
+        """Make *anchor* a new anchor; turn the members inside it into its views."""
+        inside = [
+            m
+            for m in group.anchors
+            if anchor.start <= m.start
+            and m.end <= anchor.end
+            and (m.start - anchor.start) % m.itemsize == 0
+        ]
+        moved = [v for v, a in group.views if a in inside]
+        if any((v.start - anchor.start) % v.itemsize for v in moved):
+            inside, moved = [], []
+        group.anchors = [a for a in group.anchors if a not in inside]
+        group.anchors.append(anchor)
+        group.views = [(v, a) for v, a in group.views if a not in inside]
+        for member in [*inside, *moved]:
+            _set_data(member, _view_data(member, anchor, enc))
+            member.k = None
+            group.views.append((member, anchor))
+
+    # -- decoding ------------------------------------------------------------------------
+    def decode(self, node: dict[str, Any], dec: Any) -> torch.Tensor:
+        cls = dec.code(node["cls"]) if "cls" in node else None
+        dtype = dtype_from_name(node["dtype"])
+        device = target_device(node["device"], dec)
+        pending = None
+        if "layout" in node:
+            t = _decode_sparse(node, dec, dtype, device)
+        else:
+            t, pending = _decode_strided(node, dec, dtype, device)
+        requires_grad = bool(node.get("requires_grad"))
+        if node.get("kind") == "param":
+            t = torch.nn.Parameter(t, requires_grad=requires_grad)
+        elif cls is not None:
+            if issubclass(cls, torch.nn.Parameter):
+                t = torch.Tensor._make_subclass(cls, t, requires_grad)
+            else:
+                t = t.as_subclass(cls)
+                if requires_grad:
+                    t.requires_grad_(True)
+        elif requires_grad:
+            t.requires_grad_(True)
+        if "state" in node:
+            t.__dict__.update(dec.node(node["state"]))
+        blob = (node.get("data") or {}).get("blob")
+        if blob is not None and "base" not in node["data"]:
+            state = tensor_data_state(t)
+            if state is not None:
+                # Read back under its id: no need to hash it again (see checks.py for
+                # what happens when a mapped blob turns out damaged).
+                digest_cache.put(t, state, blob)
+        if pending is not None:
+            pending.attach(t)
+        return t
+
+    def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        return tensor_summary(node)
+
+
+def tensor_summary(node: dict[str, Any]) -> dict[str, Any]:
+    """Name-free summary of a tensor node: shape, dtype, bytes, device."""
+    out = {
+        "type": "parameter" if node.get("kind") == "param" else "tensor",
+        "shape": node.get("shape"),
+        "dtype": node.get("dtype"),
+        "bytes": node.get("nbytes", 0),
+        "device": node.get("device"),
+    }
+    if node.get("requires_grad"):
+        out["requires_grad"] = True
+    return out
+
+
+def _blob(t: torch.Tensor, enc: Any) -> str:
+    produce, size = tensor_producer(t)
+    return enc.cached_blob(t, tensor_data_state(t), produce, size)
+
+
+def _check_supported(t: torch.Tensor) -> None:
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        raise EncodeError(
+            "an uninitialized lazy parameter has no shape or data yet; run one forward "
+            "pass through the lazy module before storing or hashing it"
+        )
+    if t.is_quantized:
+        raise EncodeError(
+            "quantized tensors are not supported; store t.dequantize(), or t.int_repr() "
+            "with its scale and zero point"
+        )
+    if t.is_nested:
+        raise EncodeError("nested tensors are not supported; store t.unbind() instead")
+    if t.layout != torch.strided and t.layout != torch.sparse_coo and t.layout not in _COMPRESSED:
+        raise EncodeError(f"tensors of layout {t.layout} are not supported; store t.to_dense()")
+
+
+def _encode_sparse(t: torch.Tensor, enc: Any) -> dict[str, Any]:
+    t = t.detach()
+    if t.layout == torch.sparse_coo:
+        return {
+            "layout": "sparse_coo",
+            "coalesced": t.is_coalesced(),
+            "indices": enc.node(t._indices()),
+            "values": enc.node(t._values()),
+        }
+    compressed, plain = _COMPRESSED[t.layout]
+    return {
+        "layout": str(t.layout).removeprefix("torch."),
+        "compressed": enc.node(getattr(t, compressed)()),
+        "plain": enc.node(getattr(t, plain)()),
+        "values": enc.node(t.values()),
+    }
+
+
+def _decode_sparse(
+    node: dict[str, Any], dec: Any, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    shape = node["shape"]
+    if node["layout"] == "sparse_coo":
+        indices = dec.node(node["indices"])
+        values = dec.node(node["values"])
+        return torch.sparse_coo_tensor(
+            indices, values, shape, dtype=dtype, device=device, is_coalesced=node["coalesced"]
+        )
+    compressed = dec.node(node["compressed"])
+    plain = dec.node(node["plain"])
+    values = dec.node(node["values"])
+    layout = getattr(torch, node["layout"])
+    return torch.sparse_compressed_tensor(
+        compressed, plain, values, shape, dtype=dtype, layout=layout, device=device
+    )
+
+
+def _decode_strided(
+    node: dict[str, Any], dec: Any, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, PendingCheck | None]:
+    shape = node["shape"]
+    data = node["data"]
+    if data is None:
+        return torch.empty(shape, dtype=dtype, device="meta"), None
+    if "base" in data:
+        base, _ = _anchor(dec, data["base"], device)
+        out = torch.empty(0, dtype=dtype, device=base.device)
+        return out.set_(base.untyped_storage(), data["offset"], shape, data["stride"]), None
+    if "k" in data:
+        descr = {"k": data["k"], "blob": data["blob"], "dtype": node["dtype"], "shape": shape}
+        return _anchor(dec, descr, device)
+    t, pending = read_tensor(dec, data["blob"], dtype, shape)
+    return _to_device(t, device), pending
+
+
+def _anchor(
+    dec: Any, descr: dict[str, Any], device: torch.device
+) -> tuple[torch.Tensor, PendingCheck | None]:
+    """The restored storage anchor *descr* names, read once per document."""
+    key = ("torch.anchor", descr["k"])
+    found = dec.scratch.get(key)
+    if found is None:
+        dtype = dtype_from_name(descr["dtype"])
+        t, pending = read_tensor(dec, descr["blob"], dtype, descr["shape"])
+        found = dec.scratch[key] = (_to_device(t, device), pending)
+    return found
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t if device.type == "cpu" else t.to(device)
+
+
+def target_device(text: str, dec: Any) -> torch.device:
+    """Where a tensor stored on device *text* is restored: there if possible, else the CPU."""
+    if text == "cpu":
+        return torch.device("cpu")
+    device = torch.device(text)
+    if device.type == "meta":
+        return device
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if is_available is not None and is_available():
+        count_fn = getattr(backend, "device_count", None)
+        if device.index is not None and count_fn is not None and device.index >= count_fn():
+            return torch.device(device.type)  # fewer devices here: use the current one
+        return device
+    warned = dec.session.setdefault(_SESSION_WARNED, set())
+    if device.type not in warned:
+        warned.add(device.type)
+        warnings.warn(
+            f"memostore: tensors stored on {text} are restored on the CPU because "
+            f"{device.type} is not available here",
+            MemostoreWarning,
+            stacklevel=2,
+        )
+    return torch.device("cpu")
