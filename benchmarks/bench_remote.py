@@ -14,7 +14,8 @@
    500 evaluations of 20 objects) pushed once; then a push and a pull that
    find everything up to date, against both remotes.
 
-Medians of ``--runs`` runs; the page cache is flushed (``sync``) before each.
+Medians of ``--runs`` runs, the candidates of each comparison run in rotation;
+the page cache is flushed (``sync``) before each run.
 Run from the repository root::
 
     python benchmarks/bench_remote.py
@@ -50,20 +51,39 @@ JOBS = 8
 
 def timed(setup: Callable[[], object], run: Callable[[], object], runs: int) -> float:
     """Median seconds of *run* over *runs* runs, *setup* (untimed) and ``sync`` before each."""
-    times = []
+    return compare(setup, {"run": run}, runs)["run"]
+
+
+def compare(
+    setup: Callable[[], object], candidates: dict[str, Callable[[], object]], runs: int
+) -> dict[str, float]:
+    """Median seconds of each candidate, run in rotation (one of each per round).
+
+    Rotating, rather than timing one candidate's runs back to back, spreads any
+    load from other processes over all candidates alike.
+    """
+    times: dict[str, list[float]] = {name: [] for name in candidates}
     for _ in range(runs):
-        setup()
-        subprocess.run(["sync"], check=False)
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, run in candidates.items():
+            setup()
+            subprocess.run(["sync"], check=False)
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def line(label: str, seconds: float, total: int, base: float | None) -> None:
     ratio = f"{seconds / base:5.2f}x" if base else "  base"
     rate = f"{total / seconds / 1e6:7.0f} MB/s" if total else " " * 12
     print(f"  {label:<56} {seconds:7.3f} s {rate}  {ratio}", flush=True)
+
+
+def _lines(times: dict[str, float], total: int) -> None:
+    """One line per candidate; the first is the baseline of the ratios."""
+    first = next(iter(times))
+    for label, seconds in times.items():
+        line(label, seconds, total, None if label == first else times[first])
 
 
 # -- stores ------------------------------------------------------------------------------------
@@ -123,17 +143,17 @@ def bench_directory(store: Store, work: Path, runs: int) -> None:
         return lambda: push(store, DirectoryTransport(dest, fsync=fsync), jobs=JOBS)
 
     print(f"push to a directory remote: {len(files)} objects, {total / MiB:.0f} MiB")
-    base = timed(clear, cp, runs)
-    line("cp -r objects/ (page cache, not durable)", base, total, None)
-    line("cp -r objects/ && sync (durable)", timed(clear, cp_sync, runs), total, base)
-    line(
-        f"memostore push, fsync=False, {JOBS} jobs",
-        timed(clear, push_dir(False), runs),
-        total,
-        base,
+    t = compare(
+        clear,
+        {
+            "cp -r objects/ (page cache, not durable)": cp,
+            "cp -r objects/ && sync (durable)": cp_sync,
+            f"memostore push, fsync=False, {JOBS} jobs": push_dir(False),
+            f"memostore push, fsync=True (default), {JOBS} jobs": push_dir(True),
+        },
+        runs,
     )
-    durable = timed(clear, push_dir(True), runs)
-    line(f"memostore push, fsync=True (default), {JOBS} jobs", durable, total, base)
+    _lines(t, total)
     clear()
 
 
@@ -152,8 +172,9 @@ def bench_s3(store: Store, runs: int, noop_store: Store) -> None:
 
         def clear() -> None:
             for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench"):
-                for item in page.get("Contents", ()):
-                    client.delete_object(Bucket="bench", Key=item["Key"])
+                keys = [{"Key": item["Key"]} for item in page.get("Contents", ())]
+                if keys:
+                    client.delete_objects(Bucket="bench", Delete={"Objects": keys})
 
         def upload(p: Path) -> None:
             client.upload_file(str(p), "bench", f"plain/{p.name}", Config=config)
@@ -167,11 +188,16 @@ def bench_s3(store: Store, runs: int, noop_store: Store) -> None:
                 list(pool.map(upload, files))
 
         print(f"push to S3 (moto_server on 127.0.0.1): {len(files)} objects, {total / MiB:.0f} MiB")
-        base = timed(clear, plain, runs)
-        line("boto3 upload_file, one file after another", base, total, None)
-        line(f"boto3 upload_file, {JOBS} threads", timed(clear, plain_threads, runs), total, base)
-        pushed = timed(clear, lambda: push(store, transport, jobs=JOBS), runs)
-        line(f"memostore push, {JOBS} jobs", pushed, total, base)
+        t = compare(
+            clear,
+            {
+                "boto3 upload_file, one file after another": plain,
+                f"boto3 upload_file, {JOBS} threads": plain_threads,
+                f"memostore push, {JOBS} jobs": lambda: push(store, transport, jobs=JOBS),
+            },
+            runs,
+        )
+        _lines(t, total)
         clear()
 
         print(f"nothing to transfer, S3, store of {_count(noop_store)} objects")

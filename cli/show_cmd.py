@@ -67,7 +67,7 @@ def print_record(out: Output, record: dict[str, Any], state: State) -> None:
 
     code = record.get("code") or {}
     out.line()
-    out.heading(f"code {code.get('digest')}")
+    out.heading(f"code {code.get('digest') or '(none recorded)'}")
     if code.get("error"):
         out.line(f"  cannot read the code document: {code['error']}", style="red")
     deps = code.get("dependencies") or []

@@ -33,7 +33,7 @@ def download_data(n_samples: int, seed: int = 0):
     target = Path(tempfile.mkdtemp()) / "synthetic"
     target.mkdir()
     rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(N_CLASSES, N_FEATURES)) * 1.5
+    centers = rng.normal(size=(N_CLASSES, N_FEATURES)) * 0.5
     labels = rng.integers(0, N_CLASSES, n_samples)
     features = centers[labels] + rng.normal(size=(n_samples, N_FEATURES))
     np.save(target / "features.npy", features.astype(np.float32))
@@ -118,7 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--samples", type=int, default=40_000)
+    parser.add_argument("--samples", type=int, default=20_000)
     args = parser.parse_args()
 
     start = time.perf_counter()

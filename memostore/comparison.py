@@ -282,7 +282,13 @@ def why_miss(store: Store, evaluation_id: str, import_paths: Iterable[str] = ())
             return out
         fn = getattr(obj, "__wrapped__", obj)
         version = getattr(obj, "_version", body.get("version"))
-        info = code_info(fn)
+        try:
+            info = code_info(fn)
+        except Exception as exc:  # analysing today's code runs the user's imports
+            message = f"cannot analyse today's code of {function}: {type(exc).__name__}: {exc}"
+            out.update(verdict="unknown", error=message)
+            reasons.append(message)
+            return out
         current = {
             s: {"kind": d.kind, "digest": d.digest, "source": d.source}
             for s, d in info.deps.items()

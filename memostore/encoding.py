@@ -99,7 +99,7 @@ class HashSink(Sink):
         is not stored: the caller's record would otherwise point at other bytes.
         """
         for object_id, obj in self.required.items():
-            if not objects.contains(object_id):
+            if not objects.freshen(object_id):
                 Encoder(StoreSink(objects)).encode_value(obj)
         for blob_id, (produce, size) in self.blobs.items():
             objects.add_chunks(produce(), size, expected_id=blob_id)
@@ -120,7 +120,7 @@ class StoreSink(Sink):
         return self.objects.add_chunks(produce(), size, expected_id=known_id)
 
     def require(self, object_id: str, obj: Any) -> None:
-        if not self.objects.contains(object_id):
+        if not self.objects.freshen(object_id):
             # The cache knew the id but this store lacks the object: encode for real.
             Encoder(self, cache=None).encode_value(obj)
 
@@ -271,6 +271,7 @@ class Encoder:
 
     def ref(self, obj: Any) -> dict[str, Any]:
         """A reference to *obj* encoded as its own value document."""
+        self._note_lineage(obj)
         doc_id = self.encode_value(obj)
         self._frames[-1].links.docs.add(doc_id)
         return {"$": "ref", "id": doc_id}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import MemostoreError
-from .objects import is_object_id
+from .objects import ID_HEX_LENGTH
 
 if TYPE_CHECKING:
     from .store import Store
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 INDEX_DIRNAME = "index"
 INDEX_FILENAME = "evaluations"
 ENTRY_VERSION = 1
+
+# index path -> ((inode, size, mtime), parsed entries): see load().
+_loaded: dict[Path, tuple[tuple[int, int, int], dict[str, dict[str, Any]]]] = {}
 
 # Record fields copied into an entry. Everything else stays in the document.
 _FIELDS = (
@@ -79,15 +82,31 @@ def record(store: Store, evaluation_id: str, body: Mapping[str, Any]) -> None:
         _append(store, [entry_from_body(evaluation_id, body)])
 
 
-def load(store: Store) -> dict[str, dict[str, Any]]:
-    """Every well-formed entry of the index, by evaluation id."""
+def load(store: Store) -> Mapping[str, dict[str, Any]]:
+    """Every well-formed entry of the index, by evaluation id (read-only: it is shared).
+
+    The parsed file is kept per process while the file is unchanged (same inode,
+    size and modification time), so one command reading it twice parses it once.
+    """
     path = index_path(store)
     if path is None:
         return {}
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            signature = (st.st_ino, st.st_size, st.st_mtime_ns)
+            cached = _loaded.get(path)
+            if cached is not None and cached[0] == signature:
+                return cached[1]
+            data = f.read()
     except (FileNotFoundError, NotADirectoryError):
         return {}
+    entries = _parse(data)
+    _loaded[path] = (signature, entries)
+    return entries
+
+
+def _parse(data: bytes) -> dict[str, dict[str, Any]]:
     lines = [line for line in data.split(b"\n") if line.strip()]
     if not lines:
         return {}
@@ -111,7 +130,7 @@ def load(store: Store) -> dict[str, dict[str, Any]]:
 def lookup(
     store: Store,
     evaluation_ids: Iterable[str],
-    entries: dict[str, dict[str, Any]] | None = None,
+    entries: Mapping[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Entries for *evaluation_ids*, reading (and indexing) the documents the index lacks.
 
@@ -125,11 +144,12 @@ def lookup(
         document could not be read (missing or damaged).
     """
     known = load(store) if entries is None else entries
+    added: dict[str, dict[str, Any]] = {}
     found: dict[str, dict[str, Any]] = {}
     problems: dict[str, str] = {}
     new: list[dict[str, Any]] = []
     for evaluation_id in evaluation_ids:
-        entry = known.get(evaluation_id)
+        entry = known.get(evaluation_id) or added.get(evaluation_id)
         if entry is None:
             try:
                 body = store.evaluation(evaluation_id).body
@@ -137,7 +157,7 @@ def lookup(
                 problems[evaluation_id] = str(exc)
                 continue
             entry = entry_from_body(evaluation_id, body)
-            known[evaluation_id] = entry
+            added[evaluation_id] = entry
             new.append(entry)
         found[evaluation_id] = entry
     if new:
@@ -192,10 +212,12 @@ def _line(entry: Mapping[str, Any]) -> bytes:
 
 
 def _well_formed(entry: Any) -> bool:
+    # Cheap checks only: an entry is found by the id a ref holds, so a malformed
+    # id can never be looked up.
     return (
         isinstance(entry, dict)
         and entry.get("v") == ENTRY_VERSION
         and isinstance(entry.get("id"), str)
-        and is_object_id(entry["id"])
+        and len(entry["id"]) == ID_HEX_LENGTH
         and isinstance(entry.get("function"), str)
     )

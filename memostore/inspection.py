@@ -132,7 +132,7 @@ def code_record(store: Store, code_id: str | None, digest: str | None) -> dict[s
 
 
 def children_of(
-    store: Store, evaluation_id: str, entries: dict[str, dict[str, Any]] | None = None
+    store: Store, evaluation_id: str, entries: Mapping[str, dict[str, Any]] | None = None
 ) -> list[str]:
     """Evaluations, as the index knows them, that list *evaluation_id* as a parent."""
     if entries is None:

@@ -9,8 +9,9 @@ objects are unreachable. gc therefore never deletes an object younger than the
 grace period (by file modification time), nor a temp file younger than it, and
 it re-reads the refs after marking so that a ref published meanwhile keeps its
 objects. An evaluation in progress lists the objects it has written so far
-(its arguments and code) as pending roots (``Store.pending_roots``), which gc
-keeps too, however long the evaluation runs.
+(its arguments and code) as pending roots (``Store.pending_roots``), and its
+metric journal names the images it has logged; gc keeps both, however long
+the evaluation runs.
 """
 
 from __future__ import annotations
@@ -300,7 +301,17 @@ def _roots(store: Store) -> list[str]:
     pending = getattr(store, "pending_roots", None)
     if pending is not None:
         roots.extend(pending())
+    roots.extend(_journal_roots(store))
     return roots
+
+
+def _journal_roots(store: Store) -> set[str]:
+    """Objects that metric journals in progress already stored (logged images)."""
+    try:
+        from .metrics.recover import journal_roots
+    except ImportError:
+        return set()
+    return set(journal_roots(store))
 
 
 def _age_s(path: Path | None, now: float) -> float:

@@ -15,6 +15,8 @@ Call flow:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import inspect
 import os
@@ -55,8 +57,19 @@ _stores_lock = threading.Lock()
 
 def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
     """The call key: a digest of what determines the result (``docs/format.md``)."""
-    payload = {"function": function, "code": code_digest, "args": args_id, "version": version}
-    return digest_bytes(KEY_PREFIX + canonical_json(payload))
+    return _key_with(_key_tail(function, version), code_digest, args_id)
+
+
+def _key_tail(function: str, version: str | None) -> bytes:
+    # The canonical JSON of the key's payload, from "function" on: constant per
+    # memoised function, so a call only formats the two digests in front of it.
+    payload = canonical_json({"function": function, "version": version})
+    return b"," + payload[1:]
+
+
+def _key_with(tail: bytes, code_digest: str, args_id: str) -> str:
+    head = f'{{"args":"{args_id}","code":"{code_digest}"'.encode("ascii")
+    return digest_bytes(KEY_PREFIX + head + tail)
 
 
 class _FastBinder:
@@ -113,6 +126,28 @@ def _warn(message: str) -> None:
     warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=3)
 
 
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _fix(exc: BaseException, store: Store | None) -> str:
+    """How to fix a failed write into the store, when its cause says so (else "")."""
+    where = f" at {store.root}" if store is not None and store.root is not None else ""
+    for cause in (exc, exc.__cause__, exc.__context__):
+        code = getattr(cause, "errno", None)
+        if code in _DISK_FULL:
+            return (
+                f"; the disk holding the store{where} is full: free space there (`memostore gc` "
+                "deletes what no evaluation needs) or move the store ($MEMOSTORE_DIR)"
+            )
+        if code in _NOT_WRITABLE:
+            return (
+                f"; the store{where} is not writable: make it writable, or set $MEMOSTORE_DIR "
+                "to a writable directory (stored results are still read from it)"
+            )
+    return ""
+
+
 class MemoizedFunction:
     """A function whose calls are looked up in, and stored into, a store."""
 
@@ -141,6 +176,7 @@ class MemoizedFunction:
         self._version = None if version is None else str(version)
         self._store = store
         self.symbol = _symbol(fn)
+        self._key_tail = _key_tail(self.symbol, self._version)
         self._code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
         self._code_docs_written: set[tuple[str, str]] = set()
 
@@ -174,7 +210,7 @@ class MemoizedFunction:
         sink = HashSink()
         encoder = Encoder(sink)
         args_id = encoder.encode_mapping(arguments)
-        key = call_key(self.symbol, code.digest, args_id, self._version)
+        key = _key_with(self._key_tail, code.digest, args_id)
         return _Call(self, arguments, code, sink, encoder, args_id, key)
 
     def key(self, *args: Any, **kwargs: Any) -> str:
@@ -199,14 +235,21 @@ class MemoizedFunction:
             call = self._prepare(args, kwargs)
         except MemostoreError as exc:
             raise type(exc)(f"cannot key a call of {self.symbol}: {exc}") from exc
-        store = _open_store(self._store)
+        try:
+            store = _open_store(self._store)
+        except OSError as exc:
+            _warn(
+                f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
+                "running unstored"
+            )
+            return self._fn(*args, **kwargs)
         ref = eval_ref_name(self.symbol, call.key)
-        hit, result = self._restore(store, ref)
+        hit, result = self._restore(store, ref, call)
         if hit:
             return result
         return self._compute(store, call, args, kwargs)
 
-    def _restore(self, store: Store, ref: str) -> tuple[bool, Any]:
+    def _restore(self, store: Store, ref: str, call: _Call | None = None) -> tuple[bool, Any]:
         try:
             evaluation_id = store.refs.read(ref)
         except MemostoreError as exc:
@@ -230,7 +273,30 @@ class MemoizedFunction:
             _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
             return False, None
         _remember_restored(decoder, evaluation_id)
+        if call is not None:
+            self._heal(store, call, body)
         return True, result
+
+    def _heal(self, store: Store, call: _Call, body: dict[str, Any]) -> None:
+        """Write back what a hit's evaluation lacks: its arguments' objects or code document.
+
+        A hit reads the result only. When a reader found one of the evaluation's
+        other objects damaged (and moved it to quarantine), or it was deleted,
+        this call holds it in memory and writes it again. Costs a stat per object
+        of the arguments; never raises (a read-only store serves hits all the same).
+        """
+        objects = store.objects
+        sink = call.sink
+        try:
+            if not all(map(objects.contains, (*sink.docs, *sink.blobs, *sink.required))):
+                sink.flush(objects)
+            code_id = body.get("code")
+            if code_id and not objects.contains(code_id):
+                doc = code_doc(call.code)
+                if doc.id == code_id:
+                    objects.add_doc(doc)
+        except Exception:
+            return
 
     def _compute(
         self, store: Store, call: _Call, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -243,12 +309,19 @@ class MemoizedFunction:
         )
         storable = True
         try:
+            # Roots first: gc keeps everything reachable from them (what is already
+            # present among the arguments included) while they are written.
+            store.mark_pending(ctx.run_id, [call.args_id, code_doc(call.code).id])
             call.sink.flush(store.objects)
             self._write_code_doc(store, call.code)
-            store.mark_pending(ctx.run_id, [call.args_id, code_doc(call.code).id])
         except Exception as exc:
             storable = False
-            _warn(f"cannot store the arguments of {self.symbol} ({exc}); running unstored")
+            with contextlib.suppress(OSError):
+                store.clear_pending(ctx.run_id)
+            _warn(
+                f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
+                "running unstored"
+            )
         token = context.enter(ctx)
         started = time.time()
         t0 = time.perf_counter()
@@ -298,10 +371,13 @@ class MemoizedFunction:
         duration: float,
     ) -> None:
         try:
+            # Fields first (provenance may read the user's git repository): from the
+            # first result object written to the ref's publication, only gc's grace
+            # period keeps those objects, so that window stays as short as possible.
+            fields = self._base_fields(call, ctx, started)
             encoder = Encoder(StoreSink(store.objects))
             result_id = encoder.encode_value(result)
             payloads = {**call.encoder.payloads, **encoder.payloads}
-            fields = self._base_fields(call, ctx, started)
             fields.update(
                 result=result_id,
                 result_summary=summarize(result),
@@ -318,8 +394,9 @@ class MemoizedFunction:
             store.refs.set(eval_ref_name(self.symbol, call.key), doc.id)
         except Exception as exc:
             _warn(
-                f"could not store the result of {self.symbol} ({type(exc).__name__}: {exc}); "
-                "it is returned unstored and the next call will compute it again"
+                f"could not store the result of {self.symbol} ({type(exc).__name__}: {exc})"
+                f"{_fix(exc, store)}; it is returned unstored and the next call will compute it "
+                "again"
             )
             return
         _remember_stored(result, result_id, doc.id)
@@ -351,7 +428,10 @@ class MemoizedFunction:
             store.objects.sync()
             store.refs.set(failed_ref_name(self.symbol, call.key), doc.id)
         except Exception as record_exc:
-            _warn(f"could not record the failure of {self.symbol}: {record_exc}")
+            _warn(
+                f"could not record the failure of {self.symbol}: {record_exc}"
+                f"{_fix(record_exc, store)}"
+            )
 
     def _write_code_doc(self, store: Store, code: Any) -> None:
         marker = (str(store.root), code.digest)

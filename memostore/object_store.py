@@ -84,6 +84,16 @@ class BaseObjectStore(ABC):
     def sync(self) -> None:  # noqa: B027 - optional hook, nothing to do in memory
         """Make every object written so far durable (a no-op in memory)."""
 
+    def freshen(self, object_id: str) -> bool:
+        """True if the object is present; on disk, also refresh its modification time.
+
+        gc frees unreachable objects older than its grace period. A writer that
+        reuses an object already present instead of writing it again freshens it,
+        so that gc spares it as it spares new objects until the writer's ref is
+        published (the object may be old garbage that only this writer needs).
+        """
+        return self.contains(object_id)
+
     # -- checked operations ------------------------------------------------------------
     def add_bytes(self, data: Buffer) -> str:
         """Store *data* if new and return its id (written once, atomically)."""
@@ -96,14 +106,15 @@ class BaseObjectStore(ABC):
         If the bytes do not hash to *expected_id* the object is not stored and
         :class:`CorruptObject` is raised.
         """
-        if expected_id and self.contains(expected_id):
+        if expected_id and self.freshen(expected_id):
             return expected_id
         return self._write_new(expected_id, chunks, size)
 
     def add_doc(self, doc: Doc) -> str:
         """Store a document if new; return its id."""
         object_id = doc.id
-        if object_id in self._doc_cache or self.contains(object_id):
+        # Not the document cache: another process's gc may have freed the file since.
+        if self.freshen(object_id):
             return object_id
         self._write_new(object_id, (doc.data,), len(doc.data))
         return object_id
@@ -246,6 +257,16 @@ class DiskObjectStore(BaseObjectStore):
         path = self.path_of(object_id)
         return path if path.exists() else None
 
+    def freshen(self, object_id: str) -> bool:
+        try:
+            os.utime(self.path_of(object_id))
+        except FileNotFoundError:
+            return False
+        except OSError:
+            # A read-only store or another user's file: present, its time unchanged.
+            return self.contains(object_id)
+        return True
+
     def _read_raw(self, object_id: str) -> bytes:
         try:
             with open(self.path_of(object_id), "rb") as f:
@@ -276,7 +297,7 @@ class DiskObjectStore(BaseObjectStore):
             raise ObjectNotFound(object_id) from None
 
     def _write_new(self, object_id: str, chunks: Iterable[Buffer], size: int) -> str:
-        if object_id and self.contains(object_id):
+        if object_id and self.freshen(object_id):
             return object_id
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.tmp_dir / f"obj-{os.getpid()}-{uuid.uuid4().hex}"
@@ -297,7 +318,7 @@ class DiskObjectStore(BaseObjectStore):
             if object_id and actual != object_id:
                 raise CorruptObject(object_id, actual, "bytes given to the store")
             final = self.path_of(actual)
-            if final.exists():
+            if self.freshen(actual):
                 tmp.unlink()
                 return actual
             final.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import index
@@ -60,7 +60,7 @@ def function_ref_prefixes(function: str) -> list[str]:
 
 def listed_evaluations(
     store: Store,
-    entries: dict[str, dict[str, Any]] | None = None,
+    entries: Mapping[str, dict[str, Any]] | None = None,
     functions: Iterable[str] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Evaluations refs name, newest first, as index entries with their refs.

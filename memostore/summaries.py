@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 from .codecs import Codec, CodecRegistry, registry
@@ -60,6 +59,8 @@ def light_summarizers() -> list[Summarizer]:
     global _light
     with _light_lock:
         if _light is None:
+            from importlib import metadata  # slow to import; most summaries never need it
+
             found: list[Summarizer] = []
             for ep in metadata.entry_points(group=SUMMARY_ENTRY_POINT_GROUP):
                 try:

@@ -268,3 +268,16 @@ def test_gc_and_fsck_on_an_in_memory_store() -> None:
     problems = fsck(store).problems
     assert [p.name for p in problems if p.kind == "object"] == [blob]
     assert [p.name for p in problems if p.kind == "ref"] == ["evals/x/y"]
+
+
+def test_gc_keeps_what_metric_journals_in_progress_stored(
+    project: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memostore.metrics import recover
+
+    store = Store(project["store"])
+    image = store.objects.add_bytes(b"\x89PNG logged, not sealed yet")
+    monkeypatch.setattr(recover, "journal_roots", lambda s: {image})
+    assert image not in gc(store, grace_s=0).deleted
+    monkeypatch.setattr(recover, "journal_roots", lambda s: set())
+    assert gc(store, grace_s=0).deleted == [image]

@@ -410,3 +410,27 @@ def test_waves_send_children_first() -> None:
     position = {i: n for n, wave in enumerate(waves) for i in wave}
     assert position[blob] == position[leaf.id] == 0
     assert position[leaf.id] < position[mid.id] < position[top.id]
+
+
+def test_differing_refs_are_kept_unless_forced(project: Project, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    project.run("A", "1")
+    project.run("B", "1")  # the same call, computed twice: two valid evaluations
+    a, b = Store(project.store("A")), Store(project.store("B"))
+    push(a, str(remote))
+    report = pull(b, str(remote))
+    assert len(report.refs_kept) == 1 and report.objects == 0
+    ((name, mine),) = list(b.refs.iter(""))
+    assert mine != a.refs.read(name)
+    forced = pull(b, str(remote), force=True)
+    assert forced.refs_updated == [name] and b.refs.read(name) == a.refs.read(name)
+    assert push(b, str(remote)).refs_unchanged == 1
+
+
+def test_refuses_a_remote_of_a_newer_format(tmp_path: Path) -> None:
+    remote = DirectoryTransport(tmp_path / "remote")
+    remote.put_bytes("FORMAT", b"memostore 99\n")
+    with pytest.raises(MemostoreError, match="upgrade memostore"):
+        pull(Store(tmp_path / "s"), remote)
+    with pytest.raises(MemostoreError, match="no memostore store"):
+        pull(Store(tmp_path / "s"), DirectoryTransport(tmp_path / "empty"))

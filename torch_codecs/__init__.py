@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checks import set_check_mode, wait_for_checks
+
 
 def register(registry: Any) -> None:
     """Register every torch codec into a memostore codec registry."""
@@ -37,4 +39,4 @@ def register(registry: Any) -> None:
         registry.register(codec)
 
 
-__all__ = ["register"]
+__all__ = ["register", "set_check_mode", "wait_for_checks"]

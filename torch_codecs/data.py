@@ -35,7 +35,7 @@ from memostore.errors import DecodeError, EncodeError
 from memostore.objects import canonical_json, digest_bytes
 
 from .fingerprints import fingerprint_or_none
-from .summaries import child_summary
+from .summaries import summarize
 
 _SESSION_DATASETS = "torch.datasets"
 # Lists of ints at least this long in a dataset's state become an int64 blob.
@@ -60,8 +60,7 @@ class IntListCodec(Codec):
         return dec.node(node["values"]).tolist()
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        shape = (node.get("values") or {}).get("shape") or [0]
-        return {"type": "int_list", "len": shape[0]}
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def _compact(state: Any) -> Any:
@@ -152,14 +151,7 @@ class DatasetCodec(Codec):
         return fingerprint_or_none(ds)
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        code = node.get("cls") or node.get("fn") or {}
-        out: dict[str, Any] = {
-            "type": "torch.dataset",
-            "class": f"{code.get('module')}.{code.get('qualname')}",
-        }
-        if "state" in node:
-            out["state"] = child_summary(reader, node["state"])
-        return out
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def _set_state(obj: Any, state: Any) -> None:

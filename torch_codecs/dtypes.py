@@ -25,6 +25,8 @@ import torch
 from memostore.codecs import Codec
 from memostore.errors import DecodeError
 
+from .summaries import summarize
+
 # torch dtype -> safetensors dtype code, for dtypes laid out as they are.
 _NATIVE_NAMES = {
     "float64": "F64",
@@ -111,8 +113,8 @@ class DtypeCodec(Codec):
     def decode(self, node: dict[str, Any], dec: Any) -> torch.dtype:
         return dtype_from_name(node["name"])
 
-    def summarize(self, node: dict[str, Any], reader: Any) -> Any:
-        return f"torch.{node.get('name')}"
+    def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        return summarize(node, reader) or {"type": self.tag}
 
 
 class MemoryFormatCodec(Codec):
@@ -130,5 +132,5 @@ class MemoryFormatCodec(Codec):
             raise DecodeError(f"this torch has no memory format {node['name']!r}")
         return fmt
 
-    def summarize(self, node: dict[str, Any], reader: Any) -> Any:
-        return f"torch.{node.get('name')}"
+    def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        return summarize(node, reader) or {"type": self.tag}

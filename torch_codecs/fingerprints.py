@@ -54,6 +54,7 @@ _ATOMS = frozenset(
         torch.memory_format,
     }
 )
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 # Long homogeneous lists of these are snapshotted in one C-level pass.
 _FAST_ELEMENTS = frozenset({int, float, str, bytes})
 _FAST_MIN_LENGTH = 16
@@ -196,16 +197,19 @@ class _Builder:
             self.active.discard(key)
 
     def tensor(self, t: torch.Tensor) -> None:
+        self.items += 1
         state = tensor_data_state(t)
         if state is None:
             if not t.is_meta:
                 raise NotProvable("a tensor without a version counter")
             state = ("meta", t.shape, t.dtype)
-        self.ident(t)
-        self.rest.append(state)
-        self.rest.append(t.requires_grad)
+        self.ids.append(id(t))
+        self.refs.append(weakref.ref(t))
+        rest = self.rest
+        rest.append(state)
+        rest.append(t.requires_grad)
         cls = type(t)
-        self.rest.append(cls)
+        rest.append(cls)
         if cls is not torch.Tensor and t.__dict__:
             self.take(t.__dict__)
 
@@ -276,13 +280,19 @@ class _Builder:
                     self.rest.append(tuple(value))
                     return
         self.rest.append(len(value))
+        tensor = self.tensor
+        take = self.take
         for x in value:
-            self.take(x)
+            if type(x) in _PLAIN_TENSORS:
+                tensor(x)  # the common case of datasets: skip the dispatch
+            else:
+                take(x)
 
     def module(self, root: torch.nn.Module) -> None:
         """A module tree, walked directly: this is the hot path of model hashing."""
         rest = self.rest
         add_rest, add_id, add_ref = rest.append, self.ids.append, self.refs.append
+        tensor = self.tensor
         stack = [root]
         while stack:
             m = stack.pop()
@@ -305,21 +315,8 @@ class _Builder:
                     for t in v.values():
                         if t is None:
                             add_rest(None)
-                        elif type(t) is torch.nn.Parameter or type(t) is torch.Tensor:
-                            state = tensor_data_state(t)
-                            if state is None:
-                                self.tensor(t)
-                                continue
-                            add_id(id(t))
-                            add_ref(weakref.ref(t))
-                            add_rest(state)
-                            add_rest(t.requires_grad)
-                            if t.__dict__:
-                                self.take(t.__dict__)
-                            else:
-                                add_rest(None)
                         else:
-                            self.tensor(t)
+                            tensor(t)
                 elif name == "_modules":
                     add_rest(tuple(v))
                     children = [c for c in v.values() if c is not None]

@@ -37,7 +37,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from memostore.codecs import Codec
 from memostore.objects import canonical_json, digest_bytes
 
-from .summaries import child_summary, plain
+from .summaries import summarize
 
 _PAYLOAD_PREFIX = "torch.dataloader:"
 _RUNTIME = (
@@ -136,15 +136,7 @@ class DataLoaderCodec(Codec):
         return loader
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        sampler = node.get("sampler") or {}
-        return {
-            "type": "torch.dataloader",
-            "batch_size": node.get("batch_size"),
-            "drop_last": node.get("drop_last"),
-            "sampler": sampler.get("kind"),
-            "collate_fn": plain(node.get("collate_fn")),
-            "dataset": child_summary(reader, node.get("dataset")),
-        }
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def _runtime_settings(loader: DataLoader) -> dict[str, Any]:

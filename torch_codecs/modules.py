@@ -33,7 +33,7 @@ from memostore.codecs import Codec
 from memostore.errors import EncodeError
 
 from .fingerprints import fingerprint_or_none
-from .tensors import tensor_summary
+from .summaries import summarize
 
 _OWN_KEYS = frozenset({"_parameters", "_buffers", "_modules"})
 # A compiled forward is a per-process cache; Module.__getstate__ drops it too.
@@ -86,17 +86,7 @@ class ModuleCodec(Codec):
         return fingerprint_or_none(m)
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        tensors: dict[str, Any] = {}
-        _summarize_tree(node, "", tensors)
-        return {
-            "type": "torch.module",
-            "class": _class_name(node.get("cls")),
-            "tensors": tensors,
-            "parameters": sum(
-                _numel(t["shape"]) for t in tensors.values() if t.get("type") == "parameter"
-            ),
-            "bytes": sum(t.get("bytes", 0) for t in tensors.values()),
-        }
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def _encode_tree(m: torch.nn.Module, enc: Any, seen: dict[int, int]) -> dict[str, Any]:
@@ -139,7 +129,14 @@ def _module_state(m: torch.nn.Module) -> dict[str, Any]:
     getstate = type(m).__getstate__
     if getstate is torch.nn.Module.__getstate__:
         return m.__dict__
-    state = getstate(m)  # e.g. RNNs drop their weak references to the flat weights
+    try:
+        state = getstate(m)  # e.g. RNNs drop their weak references to the flat weights
+    except Exception as exc:
+        raise EncodeError(
+            f"cannot store the module {type(m).__qualname__}: its __getstate__ refuses "
+            f"({exc}). Store its state_dict() instead (for parametrized modules, or call "
+            "torch.nn.utils.parametrize.remove_parametrizations first)"
+        ) from exc
     if not isinstance(state, dict):
         raise EncodeError(
             f"{type(m).__qualname__}.__getstate__ returned a {type(state).__name__}, "
@@ -181,30 +178,3 @@ def _decode_tree(
     state["_modules"] = modules
     m.__setstate__(state)
     return m
-
-
-def _summarize_tree(node: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
-    if "again" in node:
-        return
-    for section in ("params", "buffers"):
-        for name, tnode in node.get(section, ()):
-            if isinstance(tnode, dict) and tnode.get("$") == "torch.tensor":
-                out[prefix + name] = tensor_summary(tnode)
-            elif isinstance(tnode, dict) and tnode.get("$") == "same":
-                out[prefix + name] = {"type": "tied"}
-    for name, child in node.get("modules", ()):
-        if isinstance(child, dict):
-            _summarize_tree(child, f"{prefix}{name}.", out)
-
-
-def _class_name(code: Any) -> str | None:
-    if isinstance(code, dict) and "qualname" in code:
-        return f"{code.get('module')}.{code['qualname']}"
-    return None
-
-
-def _numel(shape: Any) -> int:
-    n = 1
-    for s in shape or ():
-        n *= s
-    return n

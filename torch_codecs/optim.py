@@ -35,7 +35,7 @@ from memostore.codecs import Codec
 
 from .fingerprints import fingerprint_or_none
 from .modules import SESSION_PARAMS, param_key
-from .summaries import plain
+from .summaries import summarize
 
 _OWN_KEYS = frozenset({"defaults", "state", "param_groups"})
 
@@ -148,27 +148,7 @@ class OptimizerCodec(Codec):
         )
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        groups = plain(node.get("groups")) or []
-        hyper = []
-        for group in groups if isinstance(groups, list) else []:
-            if isinstance(group, dict):
-                hyper.append({k: v for k, v in group.items() if k != "params"})
-        code = node.get("cls") or {}
-        state_tensors = 0
-        for entry in node.get("state") or []:
-            if isinstance(entry, dict):
-                state_tensors += sum(
-                    1
-                    for _, v in entry.get("items", ())
-                    if isinstance(v, dict) and v.get("$") == "torch.tensor"
-                )
-        return {
-            "type": "torch.optimizer",
-            "class": f"{code.get('module')}.{code.get('qualname')}",
-            "params": len(node.get("params") or ()),
-            "param_groups": hyper,
-            "state_tensors": state_tensors,
-        }
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def _state_of(opt: torch.optim.Optimizer, p: torch.Tensor) -> Any:

@@ -24,6 +24,7 @@ import torch
 
 from memostore.codecs import Codec
 
+from .summaries import summarize
 from .tensors import target_device
 
 
@@ -51,4 +52,4 @@ class GeneratorCodec(Codec):
         return gen
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        return {"type": "torch.generator", "device": node.get("device"), "seed": node.get("seed")}
+        return summarize(node, reader) or {"type": self.tag}

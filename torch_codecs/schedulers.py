@@ -26,7 +26,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from memostore.codecs import Codec
 
-from .summaries import plain
+from .summaries import summarize
 
 _WEAK_TYPES = (weakref.ref, weakref.WeakMethod)
 
@@ -55,17 +55,7 @@ class SchedulerCodec(Codec):
         return sched
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        state = plain(node.get("state"))
-        code = node.get("cls") or {}
-        out: dict[str, Any] = {
-            "type": "torch.lr_scheduler",
-            "class": f"{code.get('module')}.{code.get('qualname')}",
-        }
-        if isinstance(state, dict):
-            for key in ("last_epoch", "_last_lr", "base_lrs"):
-                if key in state:
-                    out[key.lstrip("_")] = state[key]
-        return out
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def track_step_calls(opt: torch.optim.Optimizer) -> None:

@@ -38,6 +38,7 @@ from .blobs import data_nbytes, read_tensor, tensor_producer
 from .checks import PendingCheck
 from .dtypes import dtype_from_name, dtype_name
 from .fingerprints import tensor_data_state
+from .summaries import summarize
 
 _SCRATCH_GROUPS = "torch.storage_groups"
 _SCRATCH_ANCHORS = "torch.anchor_count"
@@ -225,21 +226,7 @@ class TensorCodec(Codec):
         return t
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
-        return tensor_summary(node)
-
-
-def tensor_summary(node: dict[str, Any]) -> dict[str, Any]:
-    """Name-free summary of a tensor node: shape, dtype, bytes, device."""
-    out = {
-        "type": "parameter" if node.get("kind") == "param" else "tensor",
-        "shape": node.get("shape"),
-        "dtype": node.get("dtype"),
-        "bytes": node.get("nbytes", 0),
-        "device": node.get("device"),
-    }
-    if node.get("requires_grad"):
-        out["requires_grad"] = True
-    return out
+        return summarize(node, reader) or {"type": self.tag}
 
 
 def _blob(t: torch.Tensor, enc: Any) -> str:

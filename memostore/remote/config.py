@@ -21,10 +21,10 @@ from urllib.parse import urlsplit
 
 from ..errors import MemostoreError
 from ..lockfile import LockFile
-from ..transport import RemoteError, Transport, open_transport
 
 if TYPE_CHECKING:
     from ..store import Store
+    from ..transport import Transport
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_REMOTE = "origin"
@@ -185,9 +185,11 @@ def add_remote(
     )
     if remote.endpoint and not remote.url.startswith("s3://"):
         raise MemostoreError(f"--endpoint applies to s3:// remotes only, not {remote.url}")
+    from ..transport import RemoteError
+
     try:
         # Parses the URL; creates no connection and touches no file.
-        open_transport(remote.url, **_options(remote, "push")).close()
+        open_remote(remote, "push").close()
     except RemoteError as exc:
         raise MemostoreError(str(exc)) from exc
 
@@ -270,4 +272,6 @@ def _options(remote: RemoteConfig, purpose: str) -> dict[str, Any]:
 
 def open_remote(remote: RemoteConfig, purpose: str = "pull") -> Transport:
     """The transport for *remote*; *purpose* is ``push``, ``pull`` or ``fetch``."""
+    from ..transport import open_transport
+
     return open_transport(remote.url, **_options(remote, purpose))

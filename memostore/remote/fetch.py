@@ -28,22 +28,21 @@ because the user's own call asked for exactly that evaluation.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MemostoreWarning, RefError
 from ..refs import check_ref_name
-from ..transport import RemoteUnreachable, Transport
 from .config import RemoteConfig, list_remotes, open_remote
-from .sync import SyncReport, parse_ref, pull_refs, read_remote_ref
 
 if TYPE_CHECKING:
     from ..store import Store
+    from ..transport import Transport
 
 T = TypeVar("T")
 
@@ -117,6 +116,10 @@ def auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
 
 
 def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None:
+    # Imported here: the transports are only needed once a remote is configured.
+    from ..transport import RemoteUnreachable
+    from .sync import SyncReport, parse_ref, pull_refs, read_remote_ref, worker_pool
+
     key = (remote.url, remote.endpoint)
     down = _down_since.get(key)
     if down is not None and time.monotonic() - down < RETRY_AFTER_S:
@@ -134,7 +137,7 @@ def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None
         return None
     report = SyncReport("fetch", transport.url)
     try:
-        with ThreadPoolExecutor(FETCH_JOBS) as pool:
+        with worker_pool(FETCH_JOBS) as pool:
             pull_refs(store, transport, {ref_name: value}, pool, report)
     except (RemoteUnreachable, TimeoutError) as exc:
         _mark_down(key, remote, exc)
@@ -152,6 +155,8 @@ def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None
 
 
 def _mark_down(key: tuple[str, str | None], remote: RemoteConfig, exc: BaseException) -> None:
+    from ..transport import RemoteUnreachable
+
     with _lock:
         _down_since[key] = time.monotonic()
     what = "is unreachable" if isinstance(exc, (RemoteUnreachable, TimeoutError)) else "failed"
@@ -204,7 +209,20 @@ def _label(remote: RemoteConfig) -> str:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=4)
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=_caller_level())
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside memostore: the user's call."""
+    frame = sys._getframe(1)  # _warn, where warnings.warn is called (level 1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def _warn_once(key: Any, message: str) -> None:

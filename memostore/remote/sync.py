@@ -19,8 +19,9 @@ running it again: objects already sent are skipped, refs were not yet written.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -155,6 +156,21 @@ class _Opened:
             self.transport.close()
 
 
+@contextlib.contextmanager
+def worker_pool(jobs: int) -> Iterator[ThreadPoolExecutor]:
+    """A thread pool that drops queued work when the caller fails or is interrupted.
+
+    Objects already sent stay (they are complete); a rerun resumes from there.
+    """
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="memostore-sync")
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
 def _parallel(pool: Executor, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
     return list(pool.map(fn, items))
 
@@ -195,7 +211,7 @@ def push(
     progress = progress or TransferProgress()
     local_refs = dict(store.refs.iter(""))
     selected = select_refs(local_refs, revs, "this store", lambda r: resolve_revision(store, r))
-    with _Opened(store, remote, "push") as transport, ThreadPoolExecutor(jobs) as pool:
+    with _Opened(store, remote, "push") as transport, worker_pool(jobs) as pool:
         report = SyncReport("push", transport.url)
         check_remote_format(transport, create=True)
         names = sorted(selected)
@@ -205,6 +221,8 @@ def push(
             current = parse_ref(raws[name])
             if current == selected[name]:
                 report.refs_unchanged += 1
+            elif not store.objects.contains(selected[name]):
+                report.skipped[name] = "its evaluation is missing here; run `memostore fsck`"
             elif current is None or force:
                 to_update[name] = selected[name]
             else:
@@ -317,7 +335,7 @@ def pull(
     Arguments as for :func:`push`.
     """
     started = time.perf_counter()
-    with _Opened(store, remote, "pull") as transport, ThreadPoolExecutor(jobs) as pool:
+    with _Opened(store, remote, "pull") as transport, worker_pool(jobs) as pool:
         report = SyncReport("pull", transport.url)
         check_remote_format(transport, create=False)
         remote_refs = list_remote_refs(transport, pool, report.skipped)

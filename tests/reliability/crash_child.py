@@ -13,7 +13,9 @@ PROGRESS::
     counts {JSON}              at a normal exit: how often each kill point passed
 
 ``$RELIABILITY_KILL=EVENT:N`` makes the child SIGKILL itself the N-th time it
-passes EVENT, so that the parent can crash it inside each window of a store:
+passes EVENT, so that the parent can crash it inside each window of a store
+(with ``$RELIABILITY_PAUSE_UNTIL=FILE`` it reports ``paused`` there instead and
+waits until FILE exists, so that the parent can act inside that window):
 
     object-write     half-way through writing an object's bytes to its temp file
     fsync            before an fsync (object data, a ref's new content)
@@ -24,8 +26,7 @@ passes EVENT, so that the parent can crash it inside each window of a store:
     publish-before   the evaluation's objects are all written, its ref not yet set
     publish-after    the ref is set, the call has not returned yet
     body             inside the function body
-    lock-created     (slow variant) the lock file exists, its holder not yet recorded
-    commit-truncated (slow variant) the lock file was emptied to take the ref's content
+    lock-created     (long run only) the lock file exists, its holder not yet recorded
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections import Counter
 from typing import Any
 
@@ -57,6 +59,7 @@ class Hooks:
         self.event = event
         self.at = int(n) if n else 0
         self.ran: set[int] = set()
+        self.pause_until = os.environ.get("RELIABILITY_PAUSE_UNTIL", "")
 
     def report(self, line: str) -> None:
         self.write(self.fd, (line + "\n").encode())
@@ -71,7 +74,16 @@ class Hooks:
 
     def checkpoint(self, event: str) -> None:
         if self.passing(event):
-            self.die()
+            if self.pause_until:
+                self.pause()
+            else:
+                self.die()
+
+    def pause(self) -> None:
+        """Stop here (instead of dying) until the parent creates the file it named."""
+        self.report("paused")
+        while not os.path.exists(self.pause_until):
+            time.sleep(0.005)
 
     def body(self, key: int) -> None:
         self.report(f"computing {key}")
@@ -98,12 +110,7 @@ def _instrument() -> None:
 
     object_store._write_all = write_all
 
-    real_fsync, real_replace, real_open, real_ftruncate = (
-        os.fsync,
-        os.replace,
-        os.open,
-        os.ftruncate,
-    )
+    real_fsync, real_replace, real_open = os.fsync, os.replace, os.open
 
     def fsync(fd: int) -> None:
         checkpoint("fsync")
@@ -120,11 +127,7 @@ def _instrument() -> None:
             checkpoint("lock-created")
         return fd
 
-    def ftruncate(fd: int, length: int) -> None:
-        real_ftruncate(fd, length)
-        checkpoint("commit-truncated")
-
-    os.fsync, os.replace, os.open, os.ftruncate = fsync, replace, open_, ftruncate
+    os.fsync, os.replace, os.open = fsync, replace, open_
 
     real_acquire = LockFile.acquire
 

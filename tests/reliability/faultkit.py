@@ -8,6 +8,8 @@ installed), and child processes are real interpreters that may be killed.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import random
@@ -15,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +242,74 @@ def run_child(
     rc, output = child.finish(timeout)
     assert rc == 0, f"{script} exited {rc}:\n{output[-4000:]}"
     return child.lines(), output
+
+
+# -- file systems that refuse writes ----------------------------------------------------------
+def _run_quietly(*argv: str) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextlib.contextmanager
+def read_only_view(directory: Path) -> Iterator[Path | None]:
+    """A read-only bind mount of *directory*, or None where this machine allows none.
+
+    Tests run as root, which ``chmod`` does not stop; a read-only mount stops
+    everyone. Needs CAP_SYS_ADMIN (``mount --bind`` then ``remount,ro``).
+    """
+    view = directory.with_name(directory.name + "-read-only")
+    view.mkdir()
+    if not _run_quietly("mount", "--bind", str(directory), str(view)):
+        yield None
+        return
+    try:
+        if not _run_quietly("mount", "-o", "remount,bind,ro", str(view)) or _writable(view):
+            yield None
+            return
+        yield view
+    finally:
+        _run_quietly("umount", str(view))
+
+
+@contextlib.contextmanager
+def small_file_system(directory: Path, size: str = "2m") -> Iterator[bool]:
+    """Mount a tmpfs of *size* on *directory* (False where this machine allows none)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if not _run_quietly("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        _run_quietly("umount", str(directory))
+
+
+def _writable(directory: Path) -> bool:
+    probe = directory / ".probe"
+    try:
+        probe.write_text("x")
+    except OSError as exc:
+        return exc.errno != errno.EROFS
+    probe.unlink()
+    return True
+
+
+def fill(directory: Path, leave: int = 0) -> None:
+    """Fill the file system of *directory* until at most *leave* bytes are free."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        while True:
+            st = os.statvfs(directory)
+            free = st.f_bavail * st.f_frsize
+            if free <= leave:
+                return
+            try:
+                os.write(fd, b"\0" * min(1 << 16, free - leave))
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return
+    finally:
+        os.close(fd)
