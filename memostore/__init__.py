@@ -7,13 +7,14 @@ process or a later one, on this machine or a teammate's.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import numpy_codec as _numpy_codec  # registers the ndarray codec
 from .codecs import Codec, register_codec
 from .errors import MemostoreError, MemostoreWarning
 from .evaluation import Evaluation
 from .hashcache import forget as forget_digest
 from .memoize import memo
-from .metrics import SummaryWriter, log
 from .snapshot import Snapshot, snapshot
 from .store import Store
 
@@ -36,3 +37,22 @@ __all__ = [
 ]
 
 del _numpy_codec
+
+# Metric logging pulls in numpy; load it on first use so that the CLI and
+# scripts that never log start fast.
+_LAZY = {"SummaryWriter": "memostore.metrics", "log": "memostore.metrics"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memostore' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from .metrics import SummaryWriter, log

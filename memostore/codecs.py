@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Hashable
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .errors import MemostoreWarning
@@ -107,9 +106,11 @@ class CodecRegistry:
         self._resolved[cls] = codec
         return codec
 
-    def for_tag(self, tag: str) -> Codec | None:
+    def for_tag(self, tag: str, load: bool = True) -> Codec | None:
+        """The codec that wrote nodes tagged *tag*; with ``load=False`` only codecs
+        registered so far are considered (no codec package is imported)."""
         codec = self._by_tag.get(tag)
-        if codec is None and self._load_entry_points():
+        if codec is None and load and self._load_entry_points():
             codec = self._by_tag.get(tag)
         return codec
 
@@ -129,6 +130,8 @@ class CodecRegistry:
             if self._entry_points_loaded:
                 return False
             self._entry_points_loaded = True
+            from importlib import metadata
+
             before = len(self._by_tag)
             for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
                 try:

@@ -281,7 +281,7 @@ def why_miss(store: Store, evaluation_id: str, import_paths: Iterable[str] = ())
             reasons.append(str(exc))
             return out
         fn = getattr(obj, "__wrapped__", obj)
-        version = getattr(obj, "_version", body.get("version"))
+        version = getattr(obj, "version", body.get("version"))
         try:
             info = code_info(fn)
         except Exception as exc:  # analysing today's code runs the user's imports

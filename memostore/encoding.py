@@ -418,12 +418,14 @@ class Encoder:
             node["$"] = "reduce"
             node["fn"] = self.node(fn)
             node["args"] = [self.node(a) for a in args]
-        if state is not None:
-            node["state"] = self.node(state)
+        # Items before state, in the order pickle restores them (and the decoder
+        # reads them), so that shared references are labelled consistently.
         if listitems is not None:
             node["listitems"] = [self.node(x) for x in listitems]
         if dictitems is not None:
             node["dictitems"] = self._dict_items(dictitems, ordered=False)
+        if state is not None:
+            node["state"] = self.node(state)
         if setstate is not None:
             node["setstate"] = self.node(setstate)
         return node

@@ -142,6 +142,9 @@ def record_run(ctx: EvalContext, status: str) -> str | None:
         ctx.store.objects.sync()
         script = ctx.function.split(":", 1)[-1]
         ctx.store.refs.set(f"runs/{ref_part(script)}/{doc.id}", doc.id)
+        from . import index
+
+        index.record(ctx.store, doc.id, doc.body)
         return doc.id
     except Exception as exc:
         warnings.warn(

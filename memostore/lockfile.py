@@ -12,9 +12,11 @@ Contract and calling sequence:
    until it is removed, so a holder killed at any step leaves a lock that
    waiters can judge.
 3. A lock whose holder died is stale: at once when its holder is on this host
-   and its pid no longer exists; otherwise (another host, whose pids cannot be
-   checked; a pid reused after a reboot; a lock whose holder died before it
-   could record itself) once it is older than ``stale_after`` seconds, since a
+   and its pid no longer exists, or belongs to a process started after the lock
+   was taken (a reused pid; Linux ``/proc`` dates processes); otherwise (another
+   host, whose pids cannot be checked; a reused pid that cannot be dated; a lock
+   whose holder died before it could record itself) once it is older than
+   ``stale_after`` seconds, since a
    holder never keeps a lock for more than the few milliseconds of file I/O of
    one update. ``timeout`` is longer than ``stale_after``, so a waiter outlasts
    any stale lock rather than failing on it. A waiter breaks a stale lock by
@@ -42,8 +44,14 @@ from .errors import LockTimeout
 HOST = socket.gethostname()
 
 
-def pid_alive(pid: int) -> bool:
-    """True if a process with this pid exists on this host."""
+def pid_alive(pid: int, since: float | None = None) -> bool:
+    """True if a process with this pid exists on this host.
+
+    With *since* (the Unix time the pid was recorded), a process that started
+    later is not the one recorded: its pid was reused, so the recorded process
+    is gone. Processes started within a second of *since* count as the same
+    (the boot time Linux reports is rounded to the second).
+    """
     if pid <= 0:
         return False
     try:
@@ -51,8 +59,26 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
+    if since is not None:
+        started = process_start_time(pid)
+        if started is not None and started > since + 1.0:
+            return False
     return True
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process *pid* started (Unix time), where ``/proc`` says; else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        # Field 22 of /proc/PID/stat (the 20th after the command name): start time
+        # in clock ticks since boot.
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 class LockFile:
@@ -156,16 +182,14 @@ class LockFile:
     def _is_stale(self, holder: dict | None, st: os.stat_result | None) -> bool:
         if st is None:
             return False
-        if (
-            holder
-            and holder.get("host") == HOST
-            and isinstance(holder.get("pid"), int)
-            and not pid_alive(holder["pid"])
-        ):
-            return True
+        if holder and holder.get("host") == HOST and isinstance(holder.get("pid"), int):
+            recorded = holder.get("time")
+            since = float(recorded) if isinstance(recorded, (int, float)) else None
+            if not pid_alive(holder["pid"], since):
+                return True
         # Another host's pid cannot be checked, a live pid here may be a reused one
-        # (the holder died in a reboot), and a lock with no record lost its holder
-        # between creating and writing it: the lock's age decides.
+        # that /proc cannot date, and a lock with no record lost its holder between
+        # creating and writing it: the lock's age decides.
         return time.time() - st.st_mtime > self.stale_after
 
     def _break_if_stale(self) -> bool:

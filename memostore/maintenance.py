@@ -126,7 +126,7 @@ def _read_and_hash(store: Store, object_id: str) -> tuple[str, bytes | None, int
 
 def _raw_bytes(store: Store, object_id: str) -> bytes:
     # Not get_bytes: that would quarantine a damaged object, and fsck only reports.
-    return store.objects._read_raw(object_id)
+    return store.objects.read_unchecked(object_id)
 
 
 def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = True) -> FsckReport:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from . import context
+from . import context, index
 from .decoding import Decoder
 from .encoding import Encoder, HashSink, StoreSink
 from .errors import DecodeError, MemostoreError, MemostoreWarning, ObjectNotFound, StaleCode
@@ -174,6 +174,7 @@ class MemoizedFunction:
                 f"does not take; its parameters are {list(self._signature.parameters)}"
             )
         self._version = None if version is None else str(version)
+        self.version = self._version
         self._store = store
         self.symbol = _symbol(fn)
         self._key_tail = _key_tail(self.symbol, self._version)
@@ -392,6 +393,7 @@ class MemoizedFunction:
             store.objects.add_doc(doc)
             store.objects.sync()
             store.refs.set(eval_ref_name(self.symbol, call.key), doc.id)
+            index.record(store, doc.id, doc.body)
         except Exception as exc:
             _warn(
                 f"could not store the result of {self.symbol} ({type(exc).__name__}: {exc})"
@@ -427,6 +429,7 @@ class MemoizedFunction:
             store.objects.add_doc(doc)
             store.objects.sync()
             store.refs.set(failed_ref_name(self.symbol, call.key), doc.id)
+            index.record(store, doc.id, doc.body)
         except Exception as record_exc:
             _warn(
                 f"could not record the failure of {self.symbol}: {record_exc}"

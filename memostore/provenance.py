@@ -7,7 +7,6 @@ import platform
 import socket
 import sys
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,8 @@ def _static() -> dict[str, Any]:
 
 @lru_cache(maxsize=256)
 def distribution_version(name: str) -> str | None:
+    from importlib import metadata
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

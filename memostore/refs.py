@@ -241,12 +241,13 @@ class DiskRefContainer(BaseRefContainer):
                 name = name.replace(os.sep, "/")
                 if not name.startswith(prefix):
                     continue
+                # Names found on disk need no validation; read the file directly.
                 try:
-                    value = self.read(name)
-                except RefError:
+                    with open(os.path.join(dirpath, filename), "rb") as f:
+                        value = _parse_ref_content(name, f.read())
+                except (OSError, RefError):
                     continue
-                if value is not None:
-                    yield name, value
+                yield name, value
 
     def iter_damaged(self) -> Iterator[tuple[str, str]]:
         """(name, reason) for each ref file that cannot be read (for fsck)."""

@@ -165,8 +165,9 @@ class Store:
                 info = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            dead = info.get("host") == HOST and not pid_alive(int(info.get("pid", -1)))
-            if dead or time.time() - float(info.get("started", 0)) > stale_after:
+            started = float(info.get("started", 0))
+            dead = info.get("host") == HOST and not pid_alive(int(info.get("pid", -1)), started)
+            if dead or time.time() - started > stale_after:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 continue

@@ -149,7 +149,7 @@ class SummaryReader:
         if self.load_codecs:
             return self.codecs.for_tag(tag)
         # Only a codec registered already: loading a package may import torch.
-        return getattr(self.codecs, "_by_tag", {}).get(tag)
+        return self.codecs.for_tag(tag, load=False)
 
     def _codec(self, tag: Any, node: dict[str, Any]) -> Any:
         codec = self._registered_codec(tag)

@@ -40,6 +40,9 @@ class Plain:
     def __init__(self, value):
         self.value = value
 
+    def __repr__(self) -> str:
+        return f"Plain({self.value!r})"
+
     def __eq__(self, other):
         return isinstance(other, Plain) and other.value == self.value
 

@@ -22,32 +22,22 @@ their own and restore as distinct objects.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
 import torch
-from torch.utils.hooks import RemovableHandle
 
 from memostore.codecs import Codec
 from memostore.errors import EncodeError
 
 from .fingerprints import fingerprint_or_none
+from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .summaries import summarize
 
 _OWN_KEYS = frozenset({"_parameters", "_buffers", "_modules"})
 # A compiled forward is a per-process cache; Module.__getstate__ drops it too.
 _TRANSIENT_KEYS = frozenset({"_compiled_call_impl"})
 SESSION_PARAMS = "torch.restored_params"
-
-
-def _is_hook_dict(name: str, value: Any) -> bool:
-    return (
-        name.startswith("_")
-        and "hooks" in name
-        and isinstance(value, dict)
-        and all(type(k) is int for k in value)
-    )
 
 
 def param_key(node: Any) -> Hashable | None:
@@ -111,15 +101,11 @@ def _encode_tree(m: torch.nn.Module, enc: Any, seen: dict[int, int]) -> dict[str
     for name, value in d.items():
         if name in _OWN_KEYS or name in _TRANSIENT_KEYS:
             continue
-        if _is_hook_dict(name, value):
+        if name.startswith("_") and is_hook_dict(name, value):
             hooks[name] = value
         else:
             state[name] = value
-    # Handle ids come from a process-wide counter: keep their order, drop their values.
-    numbers = {hid: n for n, hid in enumerate(sorted({k for h in hooks.values() for k in h}))}
-    node["hooks"] = enc.node(
-        {name: [[numbers[k], v] for k, v in h.items()] for name, h in hooks.items()}
-    )
+    node["hooks"] = encode_hooks(hooks, enc)
     node["state"] = enc.node(state)
     return node
 
@@ -164,15 +150,7 @@ def _decode_tree(
     }
     stored_hooks = dec.node(node["hooks"])
     state = dec.node(node["state"])
-    handle_ids: dict[int, int] = {}
-    for name, entries in stored_hooks.items():
-        hooks: OrderedDict[int, Any] = OrderedDict()
-        for number, hook in entries:
-            if number not in handle_ids:
-                handle_ids[number] = RemovableHandle.next_id
-                RemovableHandle.next_id += 1
-            hooks[handle_ids[number]] = hook
-        state[name] = hooks
+    state.update(restore_hooks(stored_hooks))
     state["_parameters"] = params
     state["_buffers"] = buffers
     state["_modules"] = modules

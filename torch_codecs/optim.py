@@ -7,7 +7,7 @@ Node (tag ``torch.optim``, a standalone document)::
     groups    param_groups, with "params" as indices into ``params``
     state     [per-parameter state dict or null, ...], aligned with ``params``
     defaults  the optimizer's defaults
-    hooks     {hook dict name: [[n, hook], ...]}, renumbered as for modules
+    hooks     {hook dict name: [[n, hook], ...]}, renumbered (see hooks.py)
     extra     any other attribute (user subclasses)
 
 Binding to the restored model: when the optimizer is restored together with
@@ -24,24 +24,20 @@ holds come back as fresh ``nn.Parameter`` objects.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Hashable
 from typing import Any
 
 import torch
-from torch.utils.hooks import RemovableHandle
 
 from memostore.codecs import Codec
 
 from .fingerprints import fingerprint_or_none
+from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .modules import SESSION_PARAMS, param_key
 from .summaries import summarize
 
 _OWN_KEYS = frozenset({"defaults", "state", "param_groups"})
-
-
-def _is_hook_dict(name: str, value: Any) -> bool:
-    return "hooks" in name and isinstance(value, dict) and all(type(k) is int for k in value)
 
 
 def _is_sched_wrapper(name: str, value: Any) -> bool:
@@ -68,7 +64,7 @@ def _split_dict(opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, A
     for name, value in opt.__dict__.items():
         if name in _OWN_KEYS or _is_sched_wrapper(name, value):
             continue
-        if _is_hook_dict(name, value):
+        if is_hook_dict(name, value):
             hooks[name] = value
         else:
             extra[name] = value
@@ -96,10 +92,7 @@ class OptimizerCodec(Codec):
         node["state"] = enc.node([_state_of(opt, p) for p in params])
         node["defaults"] = enc.node(opt.defaults)
         hooks, extra = _split_dict(opt)
-        numbers = {hid: n for n, hid in enumerate(sorted({k for h in hooks.values() for k in h}))}
-        node["hooks"] = enc.node(
-            {name: [[numbers[k], v] for k, v in h.items()] for name, h in hooks.items()}
-        )
+        node["hooks"] = encode_hooks(hooks, enc)
         node["extra"] = enc.node(extra)
         return node
 
@@ -126,7 +119,7 @@ class OptimizerCodec(Codec):
                 state[p] = s
         defaults = dec.node(node["defaults"])
         full = dict(dec.node(node["extra"]))
-        full.update(_restore_hooks(dec.node(node["hooks"])))
+        full.update(restore_hooks(dec.node(node["hooks"])))
         full.update(defaults=defaults, state=state, param_groups=groups)
         opt.__setstate__(full)
         if fresh:
@@ -154,20 +147,6 @@ class OptimizerCodec(Codec):
 def _state_of(opt: torch.optim.Optimizer, p: torch.Tensor) -> Any:
     s = opt.state.get(p)
     return dict(s) if s else None
-
-
-def _restore_hooks(stored: dict[str, list[list[Any]]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    handle_ids: dict[int, int] = {}
-    for name, entries in stored.items():
-        hooks: OrderedDict[int, Any] = OrderedDict()
-        for number, hook in entries:
-            if number not in handle_ids:
-                handle_ids[number] = RemovableHandle.next_id
-                RemovableHandle.next_id += 1
-            hooks[handle_ids[number]] = hook
-        out[name] = hooks
-    return out
 
 
 def _match(

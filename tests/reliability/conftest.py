@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faultkit import FIGURES
+from .faultkit import FIGURES
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -17,7 +17,6 @@ through an object's bytes).
 from __future__ import annotations
 
 import errno
-import io
 import os
 import signal
 import socket
@@ -32,7 +31,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from faultkit import (
+
+from memostore import MemostoreError, MemostoreWarning, Store, memo
+from memostore import object_store as object_store_module
+
+from .faultkit import (
     assert_untouched,
     figure,
     fill,
@@ -42,9 +45,6 @@ from faultkit import (
     small_file_system,
     store_listing,
 )
-
-from memostore import MemostoreError, MemostoreWarning, Store, memo
-from memostore import object_store as object_store_module
 
 FIGURES: list[str] = []
 
@@ -108,7 +108,7 @@ def _lock() -> Any:
 
 
 def _open_file() -> Any:
-    return open(__file__)  # noqa: SIM115 - the open file is the point
+    return open(__file__)
 
 
 def _generator() -> Any:
@@ -120,7 +120,7 @@ def _socket() -> Any:
 
 
 def _file_inside() -> Any:
-    return {"config": {"n": 3}, "log": io.open(os.devnull, "w")}  # noqa: SIM115
+    return {"config": {"n": 3}, "log": open(os.devnull, "w")}
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from faultkit import (
+
+from memostore import Store
+
+from .faultkit import (
     Child,
     child_env,
     env_int,
@@ -36,8 +39,6 @@ from faultkit import (
     seeded_rng,
     store_listing,
 )
-
-from memostore import Store
 
 # Long enough to cover an object's write, fsync and its ref's publication on a
 # loaded 2-core machine (fsync alone took over 100 ms there with 9 processes
@@ -100,7 +101,8 @@ def test_processes_and_gc_share_a_store_without_loss(tmp_path: Path) -> None:
     rc, output = gc_child.finish(timeout=120)
     assert rc == 0, f"gc failed while the workers ran:\n{output[-4000:]}"
     passes = [p[1].split() for p in gc_child.lines() if p[0] == "pass"]
-    assert len(calls_of := all_calls) == procs * calls
+    calls_of = all_calls
+    assert len(calls_of) == procs * calls
     computed = Counter(k for k, kind in calls_of if kind == "miss")
     keys = {k for k, _ in calls_of}
 

@@ -31,12 +31,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from faultkit import env_int, figure, fsck_problems, gc_store, seeded_rng
 
 from memostore import MemostoreWarning, Store, memo
 from memostore.errors import MemostoreError
 from memostore.evaluation import eval_ref_name
 from memostore.objects import Doc, is_doc_bytes
+
+from .faultkit import env_int, figure, fsck_problems, gc_store, seeded_rng
 
 KEYS = 20
 TABLES = [np.arange(500 * (i + 1), dtype=np.int64) for i in range(3)]
@@ -164,7 +165,7 @@ def test_random_faults_are_detected_and_repaired(tmp_path: Path) -> None:
         fault = rng.choice(("flip", "truncate", "delete"))
         target = path.parent.name + path.name
         if is_ref:
-            key_of_ref = next(k for k, n in harness.refs.items() if harness.root / "refs" / n == path)
+            key_of_ref = next(k for k, n in harness.refs.items() if path.match(f"*/refs/{n}"))
             affected = {key_of_ref}
             mention = f"{path.parent.name}/{path.name}"
         else:
@@ -206,9 +207,9 @@ def test_random_faults_are_detected_and_repaired(tmp_path: Path) -> None:
         gc_store(harness.root, grace_s=0.0)
     detected_fsck = tally["found by fsck"]
     invisible = tally["deleted refs (invisible to fsck)"]
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(tally.items()) if k.startswith(("obj", "ref")))
     figure(
-        f"corruption: {faults} random faults "
-        f"({', '.join(f'{k} {v}' for k, v in sorted(tally.items()) if k.startswith(('object', 'ref')))}): "
+        f"corruption: {faults} random faults ({kinds}): "
         f"{tally['found on read']}/{faults} detected on read, {detected_fsck}/{faults - invisible} "
         f"detected by fsck (plus {invisible} deleted refs, which no check can tell from calls "
         f"never made: each was a plain miss); {tally['repaired by recomputing']} repaired by "

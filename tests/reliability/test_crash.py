@@ -30,12 +30,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from faultkit import (
+
+from memostore import Store
+
+from .faultkit import (
     Child,
     break_leftover_locks,
+    child_env,
     cli,
     cli_works,
-    child_env,
     env_int,
     figure,
     fsck_problems,
@@ -44,8 +47,6 @@ from faultkit import (
     run_child,
     seeded_rng,
 )
-
-from memostore import Store
 
 # Windows a kill is aimed at, by the child's event names (see crash_child.py).
 EVENTS = (
@@ -110,6 +111,10 @@ class Campaign:
         counts = json.loads(next(p for p in child.lines() if p[0] == "counts")[1])
         self.event_counts.update(counts)
 
+    def run_to_end(self, keys: list[int]) -> tuple[list[list[str]], str]:
+        """A child that calls *keys* without being killed; it must exit cleanly."""
+        return run_child("crash_child.py", [self.mode, *map(str, keys)], self._progress(), self.env)
+
     def _round_keys(self, hits: int, new: int) -> tuple[list[int], list[int]]:
         old = self.rng.sample(sorted(self.completed), min(hits, len(self.completed)))
         fresh = list(range(self.next_key, self.next_key + new))
@@ -171,7 +176,7 @@ class Campaign:
         keys = sorted(recent) + self.rng.sample(older, min(VERIFY_SAMPLE, len(older)))
         keys += interrupted
         started = time.monotonic()
-        lines, _ = run_child("crash_child.py", [self.mode, *map(str, keys)], self._progress(), self.env)
+        lines, _ = self.run_to_end(keys)
         elapsed = time.monotonic() - started
         self.verify_s = max(self.verify_s, elapsed)
         assert elapsed < VERIFY_LIMIT_S, f"a later process needed {elapsed:.1f} s (a lock blocked?)"
@@ -194,7 +199,7 @@ class Campaign:
         problems = fsck_problems(self.store)
         assert not problems, f"fsck after gc: {problems[:5]}"
         keys = sorted(self.completed)
-        lines, _ = run_child("crash_child.py", [self.mode, *map(str, keys)], self._progress(), self.env)
+        lines, _ = self.run_to_end(keys)
         assert {int(p[1].split()[0]) for p in lines if p[0] == "done"} == set(keys)
         assert not any(p[0] == "computing" for p in lines), "an evaluation was lost to gc"
         if cli_works():
@@ -219,10 +224,10 @@ def test_sigkill_while_storing_small_results(tmp_path: Path) -> None:
         campaign.crash_round(event, hits=rng.randint(0, 3), new=2)
     extra = campaign.finish()
     kills = sum(campaign.kills.values())
+    aimed = ", ".join(f"{e} {n}" for e, n in sorted(campaign.kills.items()) if e != "random moment")
     figure(
         f"crash/small: {kills} SIGKILLs survived ({campaign.kills['random moment']} at random "
-        f"moments, {kills - campaign.kills['random moment']} inside crash windows: "
-        f"{', '.join(f'{e} {n}' for e, n in sorted(campaign.kills.items()) if e != 'random moment')}); "
+        f"moments, {kills - campaign.kills['random moment']} inside crash windows: {aimed}); "
         f"{len(campaign.completed)} evaluations kept, {campaign.recomputed} interrupted calls "
         f"recomputed; fsck clean after every kill; {len(campaign.tmp_seen)} temp files left by "
         f"kills ({extra['tmp_before_gc']} still there at the end, all removed by gc); "

@@ -1,9 +1,10 @@
 """Lock files survive holders that die: stale locks are recognised by pid, host and age.
 
-On one host a lock whose holder's pid is gone is broken at once. A lock from
-another host (a network file system, where pids cannot be checked), a lock
-whose pid was reused (its holder died in a reboot) and a lock whose holder
-died before recording itself are broken once older than ``stale_after``;
+On one host a lock whose holder's pid is gone, or now belongs to a process
+started after the lock was taken (a reused pid), is broken at once. A lock
+from another host (a network file system, where pids cannot be checked), a
+lock of a live but hung process and a lock whose holder died before recording
+itself are broken once older than ``stale_after``;
 waiters wait longer than that, so they outlast a stale lock instead of failing.
 """
 
@@ -19,11 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
-from faultkit import Child, env_int, figure, seeded_rng
 
 from memostore.errors import LockTimeout
 from memostore.lockfile import HOST, LockFile
 from memostore.refs import DiskRefContainer
+
+from .faultkit import Child, env_int, figure, seeded_rng
 
 A = "a" * 64
 
@@ -85,7 +87,7 @@ def test_holder_killed_by_sigkill_is_broken_at_once(tmp_path: Path) -> None:
     ("case", "record"),
     [
         ("another host", {"pid": 1, "host": "elsewhere.example", "time": 0}),
-        ("a live pid of this host (reused after a reboot)", {"pid": 1, "host": HOST, "time": 0}),
+        ("a live process of this host (hung)", {"pid": os.getpid(), "host": HOST, "time": 9e9}),
         ("no record (holder died before writing it)", None),
     ],
 )
@@ -106,6 +108,19 @@ def test_dead_pid_on_this_host_is_broken_however_young(tmp_path: Path) -> None:
     target = tmp_path / "r"
     _write_lock(target, {"pid": _dead_pid(), "host": HOST, "time": time.time()})
     assert _acquire_time(target, timeout=5, stale_after=3600) < 1.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to date processes")
+def test_reused_pid_on_this_host_is_broken_however_young(tmp_path: Path) -> None:
+    """The recorded pid now belongs to a process that started after the lock was taken."""
+    newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        target = tmp_path / "r"
+        _write_lock(target, {"pid": newcomer.pid, "host": HOST, "time": time.time() - 60})
+        assert _acquire_time(target, timeout=5, stale_after=3600) < 1.0
+    finally:
+        newcomer.kill()
+        newcomer.wait()
 
 
 @pytest.mark.slow
@@ -158,4 +173,3 @@ def test_compare_and_swap_stays_exclusive_while_holders_are_killed(tmp_path: Pat
         f"4 processes: no update lost, no two holders at once ({final - len(values)} swaps "
         "landed just before their process died)"
     )
-

@@ -1,0 +1,1 @@
+"""The reliability suite: crashes, concurrency, corruption, bad input (docs/reliability.md)."""
