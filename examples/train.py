@@ -131,7 +131,9 @@ def main() -> None:
     val_loader = DataLoader(val_set, batch_size=256)
     model, opt, sched = timed("train", train, train_loader, args.epochs, args.lr)
     metrics = timed("evaluate", evaluate, model, val_loader)
+    # Restored together, the three stay bound: training could go on from here.
     assert opt.param_groups[0]["params"][0] is next(model.parameters())
+    assert sched.optimizer is opt
     print(
         f"  lr={args.lr:g}: accuracy {metrics['accuracy']:.3f}, loss {metrics['loss']:.3f}, "
         f"total {time.perf_counter() - start:.1f} s"
