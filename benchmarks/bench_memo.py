@@ -1,6 +1,6 @@
 """@memo against joblib.Memory, and blob writes against a plain write + fsync.
 
-Run: python benchmarks/bench_memo.py [--blob-mib 1024]
+Run: python benchmarks/bench_memo.py [--blob-mib 1024] [--calls 20000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median_time, report
+from _common import report, result, rotate
 
 
 def _work(x, y=2):
     return x + y
 
 
-def bench_hit_overhead(root: Path, calls: int = 20_000) -> dict:
+def bench_hit_overhead(root: Path, calls: int = 20_000, repeat: int = 5) -> dict:
     import joblib
 
     from memostore import Store, memo
@@ -30,24 +30,38 @@ def bench_hit_overhead(root: Path, calls: int = 20_000) -> dict:
     ours(1)
     theirs(1)
 
-    def per_call(fn) -> float:
-        def loop():
+    def loop(fn):
+        def run() -> None:
             for _ in range(calls):
                 fn(1)
 
-        return median_time(loop, repeat=5) / calls
+        return run
 
-    return report(
+    # Both candidates in rotation, so that other load on the machine hits both alike.
+    times = rotate({"ours": loop(ours), "joblib": loop(theirs)}, repeat)
+    ours_us, theirs_us = times["ours"] / calls * 1e6, times["joblib"] / calls * 1e6
+    report(
         "hit overhead per call, tiny arguments",
-        per_call(ours),
-        per_call(theirs),
+        ours_us / 1e6,
+        theirs_us / 1e6,
         "joblib.Memory",
         "<= 0.5x",
         unit="us",
     )
+    return result(
+        "memo.hit_overhead",
+        "Hit with tiny arguments, warm process: time per call",
+        ours=ours_us,
+        baseline=theirs_us,
+        baseline_name="joblib.Memory",
+        unit="us",
+        kind="max",
+        limit=0.5,
+        note=f"median of {repeat} rounds of {calls} calls",
+    )
 
 
-def bench_blob_write(root: Path, mib: int) -> dict:
+def bench_blob_write(root: Path, mib: int, repeat: int = 5) -> dict:
     import numpy as np
 
     from memostore.object_store import DiskObjectStore
@@ -70,24 +84,43 @@ def bench_blob_write(root: Path, mib: int) -> dict:
         objects.sync()
         objects.delete(object_id)
 
-    t_plain = median_time(plain, repeat=5)
-    t_ours = median_time(ours, repeat=5)
-    return report(
+    times = rotate({"plain": plain, "ours": ours}, repeat)
+    t_plain, t_ours = times["plain"], times["ours"]
+    report(
         f"write a {mib} MiB blob (hash + fsync + rename)",
         t_ours,
         t_plain,
         "write + fsync",
         "<= 1.3x",
     )
+    return result(
+        "memo.blob_write",
+        f"Write a {_size(mib)} blob into the store (hash, fsync, rename)",
+        ours=t_ours,
+        baseline=t_plain,
+        baseline_name="write + fsync of a file",
+        kind="max",
+        limit=1.3,
+        note=f"median of {repeat}",
+    )
+
+
+def _size(mib: int) -> str:
+    return f"{mib >> 10} GiB" if mib >= 1024 and mib % 1024 == 0 else f"{mib} MiB"
 
 
 def main() -> list[dict]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blob-mib", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=20_000, help="hits per timed round")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs of each measurement")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        return [bench_hit_overhead(root), bench_blob_write(root, args.blob_mib)]
+        return [
+            bench_hit_overhead(root, args.calls, args.repeat),
+            bench_blob_write(root, args.blob_mib, args.repeat),
+        ]
 
 
 if __name__ == "__main__":

@@ -257,7 +257,12 @@ class MemoizedFunction:
             _warn(f"ignoring damaged ref {ref}: {exc}")
             return False, None
         if evaluation_id is None:
-            return False, None
+            # A local miss: a remote configured with auto-fetch may know this call.
+            from .remote import fetch_on_miss
+
+            evaluation_id = fetch_on_miss(store, ref)
+            if evaluation_id is None:
+                return False, None
         try:
             doc = store.evaluation(evaluation_id)
             body = doc.body

@@ -56,15 +56,16 @@ def check_ref_name(name: str) -> None:
         not name
         or name.startswith("/")
         or any(
-            not p or p in {".", ".."} or not _PART_RE.match(p) or _is_lock_file(p) for p in parts
+            not p or p.startswith(".") or not _PART_RE.match(p) or _is_lock_file(p) for p in parts
         )
     ):
         raise RefError(f"invalid ref name {name!r}")
 
 
 def _is_lock_file(filename: str) -> bool:
-    """Lock files and their companions (``NAME.lock``, ``NAME.lock.new``, ``NAME.lock.stale-*``)."""
-    return filename.endswith(".lock") or ".lock." in filename
+    """Lock files and their companions (``NAME.lock``, ``NAME.lock.new``, ``NAME.lock.stale-*``)
+    and hidden temp files (a leading dot, as remote writers use), none of them a ref."""
+    return filename.startswith(".") or filename.endswith(".lock") or ".lock." in filename
 
 
 def _parse_ref_content(name: str, data: bytes) -> str:

@@ -29,11 +29,11 @@ import memostore.memoize as _memo
 if "fetch_on_miss" not in inspect.getsource(_memo):
     _restore = _memo.MemoizedFunction._restore
 
-    def _restore_with_fetch(self, store, ref):
+    def _restore_with_fetch(self, store, ref, *args, **kwargs):
         if store.refs.read(ref) is None:
             from memostore.remote import fetch_on_miss
             fetch_on_miss(store, ref)
-        return _restore(self, store, ref)
+        return _restore(self, store, ref, *args, **kwargs)
 
     _memo.MemoizedFunction._restore = _restore_with_fetch
 """

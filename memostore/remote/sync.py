@@ -26,8 +26,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import index
 from ..errors import MemostoreError, ObjectNotFound, RefError
-from ..objects import FORMAT_VERSION, Doc, is_object_id
+from ..objects import FORMAT_VERSION, KIND_EVALUATION, Doc, is_object_id
 from ..refs import check_ref_name
 from ..transport import DirectoryTransport, NotFoundOnRemote, RemoteError, Transport
 from .config import RemoteConfig, get_remote, open_remote
@@ -408,6 +409,12 @@ def pull_refs(
     names = sorted(to_set)
     outcomes = [_set_local_ref(store, n, *to_set[n], force) for n in names]
     _tally(report, names, outcomes)
+    # Listings read the evaluation index (a cache); add what arrived, as a local
+    # evaluation does when it is recorded.
+    for object_id in {to_set[n][1] for n in report.refs_updated}:
+        doc = root_docs[object_id]
+        if doc.kind == KIND_EVALUATION:
+            index.record(store, object_id, doc.body)
 
 
 def _remote_size(transport: Transport, object_id: str) -> int:
