@@ -33,6 +33,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+
+from _common import result  # noqa: E402
+
 from memostore.transport import DirectoryTransport, S3Transport  # noqa: E402
 
 MiB = 1024 * 1024
@@ -69,9 +73,23 @@ def timed(setup: Callable[[], None], run: Callable[[], None], runs: int) -> floa
     return statistics.median(times)
 
 
-def report(label: str, seconds: float, total: int, baseline: float | None) -> None:
+def report(
+    label: str, seconds: float, total: int, baseline: float | None, base_name: str = ""
+) -> None:
+    """One readable line; against a baseline, also a ``RESULT`` line (no target of its own)."""
     ratio = f"{seconds / baseline:5.2f}x" if baseline else "  base"
     print(f"  {label:<50} {seconds:7.2f} s  {total / seconds / 1e6:7.0f} MB/s  {ratio}")
+    if baseline:
+        slug = "".join(c if c.isalnum() else "_" for c in label.lower()).strip("_")
+        result(
+            f"transport.{slug}",
+            f"{label}, {total / MiB:.0f} MiB",
+            ours=seconds,
+            baseline=baseline,
+            baseline_name=base_name,
+            kind="info",
+            note="the transport alone, without push's bookkeeping",
+        )
 
 
 def bench_directory(files: list[Path], src: Path, work: Path, runs: int) -> None:
@@ -108,13 +126,15 @@ def bench_directory(files: list[Path], src: Path, work: Path, runs: int) -> None
     print(f"directory remote, {len(files)} files, {total / MiB:.0f} MiB, median of {runs}:")
     base = timed(clear, cp, runs)
     report("cp -r", base, total, None)
-    report("cp -r && sync", timed(clear, cp_sync, runs), total, base)
+    report("cp -r && sync", timed(clear, cp_sync, runs), total, base, "cp -r")
     for method in ("add_if_new", "put_file"):
         for fsync in (True, False):
             label = f"DirectoryTransport.{method} (fsync={fsync})"
-            report(label, timed(clear, with_transport(method, fsync), runs), total, base)
+            seconds = timed(clear, with_transport(method, fsync), runs)
+            report(label, seconds, total, base, "cp -r")
     label = "DirectoryTransport.add_if_new (fsync, 4 threads)"
-    report(label, timed(clear, with_transport("add_if_new", True, 4), runs), total, base)
+    seconds = timed(clear, with_transport("add_if_new", True, 4), runs)
+    report(label, seconds, total, base, "cp -r")
     clear()
 
 
@@ -158,11 +178,13 @@ def bench_s3(files: list[Path], runs: int) -> None:
         )
         base = timed(clear, plain, runs)
         report("boto3 upload_file (same TransferConfig)", base, total, None)
+        name = "boto3 upload_file"
         for method in ("put_file", "add_if_new"):
-            report(f"S3Transport.{method}", timed(clear, with_transport(method), runs), total, base)
+            seconds = timed(clear, with_transport(method), runs)
+            report(f"S3Transport.{method}", seconds, total, base, name)
         # A push can send several objects at once; the transport is thread-safe.
         label = "S3Transport.add_if_new, 4 threads"
-        report(label, timed(clear, with_transport("add_if_new", 4), runs), total, base)
+        report(label, timed(clear, with_transport("add_if_new", 4), runs), total, base, name)
         clear()
         transport.close()
         client.close()

@@ -43,7 +43,7 @@ from .evaluation import (
     summarize,
 )
 from .hashcache import digest_cache, lineage_cache
-from .objects import canonical_json, digest_bytes
+from .objects import Doc, canonical_json, digest_bytes
 from .provenance import provenance
 from .store import Store
 
@@ -394,11 +394,7 @@ class MemoizedFunction:
                 logs=None,
             )
             fields.update(ctx.finalize("ok"))
-            doc = evaluation_doc(fields, ctx.links)
-            store.objects.add_doc(doc)
-            store.objects.sync()
-            store.refs.set(eval_ref_name(self.symbol, call.key), doc.id)
-            index.record(store, doc.id, doc.body)
+            doc = _publish(store, fields, ctx, eval_ref_name(self.symbol, call.key))
         except Exception as exc:
             _warn(
                 f"could not store the result of {self.symbol} ({type(exc).__name__}: {exc})"
@@ -430,11 +426,7 @@ class MemoizedFunction:
                 logs=None,
             )
             fields.update(ctx.finalize(status))
-            doc = evaluation_doc(fields, ctx.links)
-            store.objects.add_doc(doc)
-            store.objects.sync()
-            store.refs.set(failed_ref_name(self.symbol, call.key), doc.id)
-            index.record(store, doc.id, doc.body)
+            _publish(store, fields, ctx, failed_ref_name(self.symbol, call.key))
         except Exception as record_exc:
             _warn(
                 f"could not record the failure of {self.symbol}: {record_exc}"
@@ -447,6 +439,20 @@ class MemoizedFunction:
             return
         store.objects.add_doc(code_doc(code))
         self._code_docs_written.add(marker)
+
+
+def _publish(store: Store, fields: dict[str, Any], ctx: context.EvalContext, ref_name: str) -> Doc:
+    """Write the evaluation record, make everything durable, then point *ref_name* at it.
+
+    The ref is written last: until then nothing names the new objects, so a crash
+    at any earlier point leaves the store as it was (plus unreachable objects).
+    """
+    doc = evaluation_doc(fields, ctx.links)
+    store.objects.add_doc(doc)
+    store.objects.sync()
+    store.refs.set(ref_name, doc.id)
+    index.record(store, doc.id, doc.body)
+    return doc
 
 
 class _Call:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from .errors import CorruptObject, ObjectNotFound
+from .fsutil import fsync_dir, write_all
 from .objects import Doc, digest_bytes, is_object_id, new_hasher
 
 Buffer = bytes | bytearray | memoryview
@@ -314,7 +315,7 @@ class DiskObjectStore(BaseObjectStore):
                     for start in range(0, len(view), _WRITE_CHUNK):
                         part = view[start : start + _WRITE_CHUNK]
                         hasher.update(part)
-                        _write_all(fd, part)
+                        write_all(fd, part)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -343,7 +344,7 @@ class DiskObjectStore(BaseObjectStore):
         with self._dirty_lock:
             dirs, self._dirty_dirs = self._dirty_dirs, set()
         for d in dirs:
-            _fsync_dir(d)
+            fsync_dir(d)
 
     def iter_ids(self) -> Iterator[str]:
         if not self.objects_dir.is_dir():
@@ -368,22 +369,3 @@ class DiskObjectStore(BaseObjectStore):
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.path_of(object_id), target)
         self.forget_cached(object_id)
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

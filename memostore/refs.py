@@ -14,7 +14,7 @@ import os
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import RefError
@@ -180,6 +180,20 @@ class DiskRefContainer(BaseRefContainer):
             return None  # a damaged ref may always be overwritten
 
     def set_if_equals(self, name: str, old: str | None, new: str) -> bool:
+        swapped, _ = self._update(name, new, lambda current: current == old)
+        return swapped
+
+    def set(self, name: str, new: str) -> str | None:
+        _, previous = self._update(name, new, lambda current: True)
+        return previous
+
+    def _update(
+        self, name: str, new: str, accept: Callable[[str | None], bool]
+    ) -> tuple[bool, str | None]:
+        """Under the ref's lock: if *accept* (current value) holds, write *new*.
+
+        Returns whether it was written and the value it replaced (or kept).
+        """
         if not is_object_id(new):
             raise RefError(f"not an object id: {new!r}")
         path = self.path_of(name)
@@ -188,29 +202,15 @@ class DiskRefContainer(BaseRefContainer):
         lock.acquire()
         try:
             # Read again while holding the lock: the value seen before may be gone.
-            if self._read_for_update(name) != old:
+            current = self._read_for_update(name)
+            if not accept(current):
                 lock.release()
-                return False
+                return False, current
             lock.commit(new.encode("ascii") + b"\n")
         except BaseException:
             lock.release()
             raise
-        return True
-
-    def set(self, name: str, new: str) -> str | None:
-        if not is_object_id(new):
-            raise RefError(f"not an object id: {new!r}")
-        path = self.path_of(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = LockFile(path)
-        lock.acquire()
-        try:
-            previous = self._read_for_update(name)
-            lock.commit(new.encode("ascii") + b"\n")
-        except BaseException:
-            lock.release()
-            raise
-        return previous
+        return True, current
 
     def delete_if_equals(self, name: str, old: str | None) -> bool:
         path = self.path_of(name)

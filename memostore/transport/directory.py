@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LockTimeout
+from ..fsutil import fsync_dir
 from ..lockfile import LockFile
 from .base import (
     NotFoundOnRemote,
@@ -131,18 +132,8 @@ class DirectoryTransport(Transport):
 
     def _sync_dir(self, path: Path) -> None:
         # Makes the rename itself durable; not every file system allows it.
-        if not self.fsync:
-            return
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        if self.fsync:
+            fsync_dir(path)
 
     def _write_temp(self, target: Path, data: bytes | Path) -> Path:
         """A finished, fsynced temporary copy of *data* beside *target*."""

@@ -1,0 +1,62 @@
+"""Dependencies point one way: cli -> memostore <- torch_codecs.
+
+memostore's core never imports the CLI or torch_codecs (codecs are found
+through the registry's entry points), and never imports torch at module level,
+so that `import memostore` stays fast and works without torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def imported_modules(path: Path, top_level_only: bool = False) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def files(package: str) -> list[Path]:
+    return sorted((REPO / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", files("memostore"), ids=lambda p: str(p.relative_to(REPO)))
+def test_core_never_imports_cli_or_codec_packages(path: Path) -> None:
+    for name in imported_modules(path):
+        root = name.split(".")[0]
+        assert root not in {"torch_codecs", "memostore_cli", "cli"}, f"{path} imports {name}"
+
+
+@pytest.mark.parametrize("path", files("memostore"), ids=lambda p: str(p.relative_to(REPO)))
+def test_core_imports_torch_lazily(path: Path) -> None:
+    top = {name.split(".")[0] for name in imported_modules(path, top_level_only=True)}
+    assert "torch" not in top, f"{path} imports torch at module level"
+
+
+@pytest.mark.parametrize("path", files("torch_codecs"), ids=lambda p: str(p.relative_to(REPO)))
+def test_codecs_never_import_the_cli(path: Path) -> None:
+    for name in imported_modules(path):
+        assert name.split(".")[0] not in {"memostore_cli", "cli"}, f"{path} imports {name}"
+
+
+def test_import_memostore_loads_neither_torch_nor_codecs() -> None:
+    code = (
+        "import sys, memostore\n"
+        "bad = [m for m in ('torch', 'torch_codecs', 'memostore_cli') if m in sys.modules]\n"
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
