@@ -100,7 +100,7 @@ def _instrument() -> None:
     from memostore import object_store, refs, store
     from memostore.lockfile import LockFile
 
-    real_write_all = object_store._write_all
+    real_write_all = object_store.write_all
 
     def write_all(fd: int, data: memoryview) -> None:
         if passing("object-write"):
@@ -108,7 +108,7 @@ def _instrument() -> None:
             die()
         real_write_all(fd, data)
 
-    object_store._write_all = write_all
+    object_store.write_all = write_all
 
     real_fsync, real_replace, real_open = os.fsync, os.replace, os.open
 

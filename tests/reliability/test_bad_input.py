@@ -452,7 +452,7 @@ def _used(mount: Path) -> int:
 def test_full_disk_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "store"
     _, before = _stored(root)
-    real_write_all = object_store_module._write_all
+    real_write_all = object_store_module.write_all
 
     def write_half_then_fail(fd: int, data: memoryview) -> None:
         if len(data) >= 1 << 20:
@@ -460,7 +460,7 @@ def test_full_disk_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_write_all(fd, data)
 
-    monkeypatch.setattr(object_store_module, "_write_all", write_half_then_fail)
+    monkeypatch.setattr(object_store_module, "write_all", write_half_then_fail)
     _check_full(root, before, 3 << 20)
     _noted("full disk (ENOSPC injected half-way through an object's bytes)")
 
