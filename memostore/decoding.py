@@ -95,6 +95,10 @@ class Decoder:
         """A file holding the blob (for memory mapping), or None if not on disk."""
         return self.objects.blob_path(blob_id)
 
+    def blob_file(self, blob_id: str) -> str | None:
+        """Where a blob's file is, unchecked (open it and handle FileNotFoundError)."""
+        return self.objects.blob_file(blob_id)
+
     def node(self, node: Any) -> Any:
         """Decode one node of the current document."""
         if node is None or isinstance(node, (bool, int, float, str)):

@@ -131,7 +131,7 @@ def read_tensor(
 
 
 def _open_blob(dec: Any, blob_id: str) -> tuple[Any, PendingCheck | None]:
-    path = dec.blob_path(blob_id)
+    path = dec.blob_file(blob_id)
     if path is not None:
         try:
             fd = os.open(path, os.O_RDONLY)

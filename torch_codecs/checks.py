@@ -53,7 +53,9 @@ def check_mode() -> str:
 class PendingCheck:
     """A blob whose check is queued, and the restored tensors that read from it."""
 
-    def __init__(self, objects: Any, blob_id: str, path: Path, stamp: tuple[int, int, int]):
+    def __init__(
+        self, objects: Any, blob_id: str, path: str | Path, stamp: tuple[int, int, int]
+    ) -> None:
         self.objects = objects
         self.blob_id = blob_id
         self.path = path
@@ -111,7 +113,7 @@ def forget_verified() -> None:
 
 
 def check_mapped(
-    objects: Any, blob_id: str, path: Path, stamp: tuple[int, int, int]
+    objects: Any, blob_id: str, path: str | Path, stamp: tuple[int, int, int]
 ) -> PendingCheck | None:
     """Check a mapped blob now (eager mode: raises CorruptObject) or queue its check."""
     if is_verified(blob_id, stamp):
