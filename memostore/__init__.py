@@ -13,7 +13,9 @@ from . import numpy_codec as _numpy_codec  # registers the ndarray codec
 from .codecs import Codec, register_codec
 from .errors import MemostoreError, MemostoreWarning
 from .evaluation import Evaluation
+from .code_deps import ignore_global
 from .hashcache import forget as forget_digest
+from .immutable import register_immutable
 from .memoize import memo
 from .snapshot import Snapshot, snapshot
 from .store import Store
@@ -30,9 +32,11 @@ __all__ = [
     "SummaryWriter",
     "__version__",
     "forget_digest",
+    "ignore_global",
     "log",
     "memo",
     "register_codec",
+    "register_immutable",
     "snapshot",
 ]
 

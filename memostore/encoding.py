@@ -269,6 +269,10 @@ class Encoder:
             return out_c
         return self._reduce(obj, frame)
 
+    def node_by_reduce(self, obj: Any) -> dict[str, Any]:
+        """The node of *obj* through the pickle reduce protocol, bypassing its codec."""
+        return self._reduce(obj, self._frames[-1])
+
     def ref(self, obj: Any) -> dict[str, Any]:
         """A reference to *obj* encoded as its own value document."""
         self._note_lineage(obj)

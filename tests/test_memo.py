@@ -436,3 +436,32 @@ def test_argument_binding_matches_python(store_dir: Path) -> None:
         return items, options
 
     assert g.key(1, 2, x=1) == g.key(1, 2, x=1) != g.key(1, 2)
+
+
+def test_registered_immutable_objects_are_hashed_once(store_dir: Path) -> None:
+    from memostore import register_immutable
+    from memostore.hashcache import digest_cache
+
+    @register_immutable
+    class Frozen:
+        def __init__(self, payload):
+            self.payload = payload
+
+        def __eq__(self, other):
+            return isinstance(other, Frozen) and other.payload == self.payload
+
+    calls = Calls()
+
+    @memo
+    def consume(data):
+        calls.append(1)
+        return data.payload[:3]
+
+    frozen = Frozen(list(range(1000)))
+    assert consume(frozen) == [0, 1, 2]
+    assert digest_cache.get(frozen, ("immutable",)) is not None
+    assert consume(frozen) == [0, 1, 2]
+    assert consume(Frozen(list(range(1000)))) == [0, 1, 2]  # equal content, same key
+    assert calls == [1]
+    result = consume.lookup(frozen)
+    assert result is not None and result.load_args()["data"] == frozen
