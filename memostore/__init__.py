@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import numpy_codec as _numpy_codec  # registers the ndarray codec
+from .code_deps import ignore_global
 from .codecs import Codec, register_codec
 from .errors import MemostoreError, MemostoreWarning
 from .evaluation import Evaluation
-from .code_deps import ignore_global
 from .hashcache import forget as forget_digest
 from .immutable import register_immutable
 from .memoize import memo
