@@ -57,6 +57,8 @@ def _format_target(kind: str, limit: float, unit: str, baseline_name: str) -> st
     if kind == "min":
         return f">= {limit:g}x {baseline_name}".strip()
     if kind == "below":
+        if unit == "ms" and limit >= 1000:
+            return f"< {limit / 1000:g} s"
         return f"< {limit:g} {unit}"
     return ""
 

@@ -132,8 +132,9 @@ def run_bench(bench: Bench, quick: bool, timeout: float) -> Outcome:
         outcome.output = _text(exc.stdout) + _text(exc.stderr) + f"\n(timed out after {timeout} s)"
     outcome.seconds = time.perf_counter() - start
     outcome.results = parse_results(outcome.output)
-    if bench.script == "bench_remote.py":
-        outcome.results += parse_remote(outcome.output)
+    if bench.script == "bench_remote.py" and not outcome.results:
+        # It prints readable tables only (its own RESULT lines, if it gains them, win).
+        outcome.results = parse_remote(outcome.output)
     print(_strip_results(outcome.output).rstrip(), flush=True)
     status = "ok" if outcome.returncode == 0 else f"FAILED ({outcome.returncode})"
     print(f"-- {status} in {outcome.seconds:.0f} s\n", flush=True)
@@ -322,7 +323,10 @@ def _met(record: dict[str, Any] | None) -> str:
 
 def _ratio_cell(record: dict[str, Any]) -> str:
     ratio = record.get("ratio")
-    return "" if ratio is None else f"{ratio:.3g}x"
+    if ratio is None:
+        return ""
+    # Three significant digits, kept when they are zeros (1.00x, not 1x).
+    return f"{ratio:.0f}x" if ratio >= 100 else f"{ratio:#.3g}x"
 
 
 def _cell(text: str) -> str:
@@ -358,12 +362,15 @@ def supporting_rows(results: list[dict[str, Any]]) -> list[str]:
     for record in results:
         if record["key"] in targeted:
             continue
+        baseline = _num(record.get("baseline"), record["unit"])
+        if baseline and record.get("baseline_name"):
+            baseline += f" ({record['baseline_name']})"
+        note = record.get("note", "")
+        if record.get("target"):
+            note = f"target {record['target']}: {_met(record)}; {note}"
         rows.append(
             f"| {_cell(record['name'])} | {_num(record['ours'], record['unit'])} "
-            f"| {_cell(_num(record.get('baseline'), record['unit']))} "
-            f"({_cell(record.get('baseline_name', ''))}) | {_ratio_cell(record)} "
-            f"| {_cell(record.get('target') or '')} {_met(record) if record.get('target') else ''}"
-            f" | {_cell(record.get('note', ''))} |"
+            f"| {_cell(baseline)} | {_ratio_cell(record)} | {_cell(note)} |"
         )
     return rows
 
@@ -430,8 +437,8 @@ def render(outcomes: list[Outcome], quick: bool, started: dt.datetime, loads: li
         "",
         "No target of their own; they show where the time goes.",
         "",
-        "| Measurement | memostore | Alternative | Ratio | Target | Note |",
-        "|---|---|---|---|---|---|",
+        "| Measurement | memostore | Alternative | Ratio | Note |",
+        "|---|---|---|---|---|",
         *supporting_rows(results),
         "",
         "## Raw output",

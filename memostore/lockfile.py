@@ -2,9 +2,11 @@
 
 Contract and calling sequence:
 
-1. ``LockFile(path).acquire()`` creates ``path + ".lock"`` with O_CREAT|O_EXCL.
-   Exactly one process (on any machine sharing the file system) succeeds; the
-   file records the holder's pid, host and start time.
+1. ``LockFile(path).acquire()`` creates ``path + ".lock"``, holding the
+   holder's pid, host and start time from the moment it exists (written to a
+   hidden file first, then hard-linked to the lock's name; O_CREAT|O_EXCL where
+   hard links are not supported). Exactly one process (on any machine sharing
+   the file system) succeeds.
 2. The holder either calls ``commit(data)``: *data* is written to
    ``path + ".lock.new"`` (a file only the holder writes), fsynced and renamed
    over *path*, then the lock is released; or it calls ``release()`` to drop
@@ -32,6 +34,7 @@ file system without leases).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -42,6 +45,11 @@ from pathlib import Path
 from .errors import LockTimeout
 
 HOST = socket.gethostname()
+# What link() fails with where a file system has no hard links (FAT, some FUSE
+# and SMB mounts).
+_NO_HARD_LINKS = frozenset(
+    {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
+)
 
 
 def pid_alive(pid: int, since: float | None = None) -> bool:
@@ -95,10 +103,10 @@ class LockFile:
     def acquire(self) -> None:
         deadline = time.monotonic() + self.timeout
         delay = 0.0005
-        info = json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()}).encode()
+        record = json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()}).encode()
         while True:
             try:
-                fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = self._create(record + b"\n")
             except FileNotFoundError:
                 self.lock_path.parent.mkdir(parents=True, exist_ok=True)
                 continue
@@ -110,16 +118,49 @@ class LockFile:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
                 continue
-            try:
-                os.write(fd, info + b"\n")
-            except BaseException:
-                # A full disk can refuse even these few bytes: leave no lock behind.
-                os.close(fd)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.lock_path)
-                raise
             self._fd = fd
             return
+
+    def _create(self, record: bytes) -> int:
+        """Create the lock file with *record* already in it; FileExistsError if held.
+
+        The record goes into a hidden file of our own, which is then hard-linked
+        to the lock's name: the link is atomic and refused when the name exists,
+        on local and network file systems alike, so the lock never exists without
+        its holder's record (a holder killed in between would leave a lock that
+        waiters could only break by age). Where hard links are not supported,
+        the lock is created in place and the record written right after.
+        """
+        scratch = self.lock_path.with_name(f".{self.lock_path.name}.{uuid.uuid4().hex[:12]}")
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.write(fd, record)
+                os.link(scratch, self.lock_path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(scratch)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in _NO_HARD_LINKS:
+                return self._create_in_place(record)
+            raise
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _create_in_place(self, record: bytes) -> int:
+        fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, record)
+        except BaseException:
+            # A full disk can refuse even these few bytes: leave no lock behind.
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.lock_path)
+            raise
+        return fd
 
     def commit(self, data: bytes) -> None:
         """Replace *path* with *data* (written and fsynced first), then release the lock."""

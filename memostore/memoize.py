@@ -126,6 +126,9 @@ def _warn(message: str) -> None:
     warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=3)
 
 
+# Hits whose arguments and code were checked in this process (see _heal), at most.
+_HEALED_MAX = 1 << 16
+
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
@@ -180,6 +183,7 @@ class MemoizedFunction:
         self._key_tail = _key_tail(self.symbol, self._version)
         self._code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
         self._code_docs_written: set[tuple[str, str]] = set()
+        self._healed: set[tuple[Any, ...]] = set()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
@@ -289,8 +293,15 @@ class MemoizedFunction:
         A hit reads the result only. When a reader found one of the evaluation's
         other objects damaged (and moved it to quarantine), or it was deleted,
         this call holds it in memory and writes it again. Costs a stat per object
-        of the arguments; never raises (a read-only store serves hits all the same).
+        of the arguments, once per evaluation and process (later hits of it skip the
+        check); never raises (a read-only store serves hits all the same).
         """
+        checked = (store.root, body.get("args"), body.get("code"))
+        if checked in self._healed:
+            return
+        if len(self._healed) >= _HEALED_MAX:
+            self._healed.clear()
+        self._healed.add(checked)
         objects = store.objects
         sink = call.sink
         try:

@@ -17,7 +17,11 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+import blake3
 
 from .errors import CorruptObject, ObjectNotFound
 from .fsutil import fsync_dir, write_all
@@ -31,6 +35,8 @@ Buffer = bytes | bytearray | memoryview
 _DOC_CACHE_MAX_BYTES = 256 << 10
 _DOC_CACHE_ENTRIES = 4096
 _WRITE_CHUNK = 64 << 20
+# From this size, hashing runs on a worker thread beside the writes.
+_PIPELINE_MIN_BYTES = 32 << 20
 
 
 def _check_id(object_id: str) -> None:
@@ -320,20 +326,13 @@ class DiskObjectStore(BaseObjectStore):
             return object_id
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.tmp_dir / f"obj-{os.getpid()}-{uuid.uuid4().hex}"
-        hasher = new_hasher(size)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                for chunk in chunks:
-                    view = memoryview(chunk).cast("B")
-                    for start in range(0, len(view), _WRITE_CHUNK):
-                        part = view[start : start + _WRITE_CHUNK]
-                        hasher.update(part)
-                        write_all(fd, part)
+                actual = _hash_while_writing(fd, chunks, size)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            actual = hasher.hexdigest()
             if object_id and actual != object_id:
                 raise CorruptObject(object_id, actual, "bytes given to the store")
             final = self.path_of(actual)
@@ -383,3 +382,41 @@ class DiskObjectStore(BaseObjectStore):
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.path_of(object_id), target)
         self.forget_cached(object_id)
+
+
+_hash_worker: ThreadPoolExecutor | None = None
+_hash_worker_lock = threading.Lock()
+
+
+def _hash_while_writing(fd: int, chunks: Iterable[Buffer], size: int) -> str:
+    """Write *chunks* to *fd* and return their digest.
+
+    Large objects are hashed on a worker thread one piece behind the writes
+    (both release the GIL), so storing costs about as much as writing alone.
+    """
+    if size < _PIPELINE_MIN_BYTES:
+        hasher = new_hasher(size)
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            hasher.update(view)
+            write_all(fd, view)
+        return hasher.hexdigest()
+    global _hash_worker
+    with _hash_worker_lock:
+        if _hash_worker is None:
+            _hash_worker = ThreadPoolExecutor(1, thread_name_prefix="memostore-hash")
+        worker = _hash_worker
+    hasher = blake3.blake3()
+    pending: list[Future[Any]] = []
+    try:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            for start in range(0, len(view), _WRITE_CHUNK):
+                part = view[start : start + _WRITE_CHUNK]
+                # One worker runs the updates in submission order.
+                pending.append(worker.submit(hasher.update, part))
+                write_all(fd, part)
+    finally:
+        for future in pending:
+            future.result()
+    return hasher.hexdigest()

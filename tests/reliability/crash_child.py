@@ -26,7 +26,7 @@ waits until FILE exists, so that the parent can act inside that window):
     publish-before   the evaluation's objects are all written, its ref not yet set
     publish-after    the ref is set, the call has not returned yet
     body             inside the function body
-    lock-created     (long run only) the lock file exists, its holder not yet recorded
+    lock-created     a ref's lock is being made: its file exists, not yet under the lock's name
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _instrument() -> None:
 
     def open_(path: Any, flags: int, *args: Any, **kw: Any) -> int:
         fd = real_open(path, flags, *args, **kw)
-        if flags & os.O_EXCL and str(path).endswith(".lock"):
+        if flags & os.O_EXCL and ".lock" in os.path.basename(str(path)):
             checkpoint("lock-created")
         return fd
 

@@ -121,10 +121,12 @@ def test_processes_and_gc_share_a_store_without_loss(tmp_path: Path) -> None:
         f"concurrency: {procs} processes x {calls} calls on {len(keys)} shared keys "
         f"({sum(computed.values())} computed, {sum(1 for n in computed.values() if n > 1)} keys "
         f"computed by 2+ processes at once, {len(calls_of) - sum(computed.values())} hits) "
-        f"in {elapsed:.1f} s with gc running {len(passes)} passes beside them (grace "
+        f"in {elapsed:.1f} s with gc running {len(passes)} passes beside them "
+        f"({sum(1 for p in passes if p[1] == 'cli')} of them `memostore gc`; grace "
         f"{GRACE_S} s, {sum(int(p[0]) for p in passes)} objects freed): {len(calls_of)} "
-        f"concurrent calls without loss or error; fsck clean; every key hits afterwards "
-        f"(a final gc freed {len(report.deleted)} of {len(before)} files, all garbage)"
+        f"concurrent calls without loss or error; fsck clean; every key hits afterwards, "
+        f"and again after a gc with no grace at all (which freed {len(report.deleted)} "
+        f"unreachable objects of {len(before)} files)"
     )
 
 

@@ -37,7 +37,7 @@ from memostore.errors import MemostoreError
 from memostore.evaluation import eval_ref_name
 from memostore.objects import Doc, is_doc_bytes
 
-from .faultkit import env_int, figure, fsck_problems, gc_store, seeded_rng
+from .faultkit import cli, cli_works, env_int, figure, fsck_problems, gc_store, seeded_rng
 
 KEYS = 20
 TABLES = [np.arange(500 * (i + 1), dtype=np.int64) for i in range(3)]
@@ -156,7 +156,8 @@ def test_random_faults_are_detected_and_repaired(tmp_path: Path) -> None:
     faults = env_int("MEMOSTORE_RELIABILITY_FAULTS", 200)
     harness = Harness(tmp_path / "store")
     tally: Counter[str] = Counter()
-    for _ in range(faults):
+    use_cli = cli_works()
+    for n in range(faults):
         reach = harness.reach()
         objects, refs = harness.files()
         before = {key: Store(harness.root).refs.read(name) for key, name in harness.refs.items()}
@@ -182,6 +183,11 @@ def test_random_faults_are_detected_and_repaired(tmp_path: Path) -> None:
         else:
             assert any(mention in p for p in problems), f"fsck missed {kind} of {mention}"
             tally["found by fsck"] += 1
+            if use_cli and n % 20 == 0:
+                # Now and then the command itself: exit status 1, the damage named.
+                proc = cli(harness.root, "fsck")
+                assert proc.returncode == 1 and mention in proc.stdout + proc.stderr, proc.stdout
+                tally["memostore fsck runs"] += 1
         ref_name = harness.refs[key_of_ref] if is_ref else ""
         assert _read_detects(harness.root, path, is_ref, ref_name), f"a read missed {kind}"
         tally["found on read"] += 1
@@ -211,7 +217,8 @@ def test_random_faults_are_detected_and_repaired(tmp_path: Path) -> None:
     figure(
         f"corruption: {faults} random faults ({kinds}): "
         f"{tally['found on read']}/{faults} detected on read, {detected_fsck}/{faults - invisible} "
-        f"detected by fsck (plus {invisible} deleted refs, which no check can tell from calls "
+        f"detected by fsck ({tally['memostore fsck runs']} of them checked with `memostore fsck` "
+        f"too; plus {invisible} deleted refs, which no check can tell from calls "
         f"never made: each was a plain miss); {tally['repaired by recomputing']} repaired by "
         f"recomputing the affected call, {tally['repaired on a hit']} (damaged arguments or "
         f"code documents) written back by the next hit; every unaffected call hit, silent and "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -59,15 +60,15 @@ EVENTS = (
     "publish-before",
     "publish-after",
     "body",
+    "lock-created",
 )
-# A holder killed between creating its lock file and writing its record into it
-# (microseconds) leaves a lock that names nobody: waiters break it by age only,
-# so each such kill costs that wait (LockFile.stale_after).
-LOCK_WINDOW_EVENTS = ("lock-created",)
-# How long a later process may take to finish after a kill: it must never wait
-# for a lock the dead process held (those are broken at once, on one host).
-VERIFY_LIMIT_S = 60.0
+# How long a later process may take to finish after a kill: less than a lock's
+# stale_after (30 s), so that waiting out a lock the dead process left fails the
+# test; on one host such locks must be broken at once.
+VERIFY_LIMIT_S = 25.0
 VERIFY_SAMPLE = 8
+# A recovery slower than this waited on something: the figure says what.
+SLOW_RECOVERY_S = 5.0
 
 
 class Campaign:
@@ -88,6 +89,8 @@ class Campaign:
         self.locks_seen: set[str] = set()
         self.verify_s = 0.0
         self.lock_wait_s = 0.0
+        self.slow: list[str] = []
+        self.last_kill = ""
         self.rounds = 0
         self.event_counts: Counter[str] = Counter()
         self.work_s = 0.0
@@ -110,6 +113,7 @@ class Campaign:
         assert rc == 0, output
         counts = json.loads(next(p for p in child.lines() if p[0] == "counts")[1])
         self.event_counts.update(counts)
+        shutil.rmtree(scratch)
 
     def run_to_end(self, keys: list[int]) -> tuple[list[list[str]], str]:
         """A child that calls *keys* without being killed; it must exit cleanly."""
@@ -146,6 +150,7 @@ class Campaign:
             self.completed |= done
             return False
         self.kills[event or "random moment"] += 1
+        self.last_kill = event or "a random moment"
         self.completed |= done
         self.after_kill(sorted(started - done), recent=done)
         return True
@@ -175,10 +180,13 @@ class Campaign:
         older = sorted(self.completed - recent)
         keys = sorted(recent) + self.rng.sample(older, min(VERIFY_SAMPLE, len(older)))
         keys += interrupted
+        locks = {rel: (self.store / rel).read_bytes()[:100] for rel in found["locks"]}
         started = time.monotonic()
         lines, _ = self.run_to_end(keys)
         elapsed = time.monotonic() - started
         self.verify_s = max(self.verify_s, elapsed)
+        if elapsed > SLOW_RECOVERY_S:
+            self.slow.append(f"{elapsed:.1f} s after a kill at {self.last_kill}, locks {locks}")
         assert elapsed < VERIFY_LIMIT_S, f"a later process needed {elapsed:.1f} s (a lock blocked?)"
         done = self._check_done(lines, [k for k in keys if k in self.completed], "")
         assert done == set(keys)
@@ -220,10 +228,11 @@ def test_sigkill_while_storing_small_results(tmp_path: Path) -> None:
         attempts += 1
         assert attempts < target * 4, f"only {sum(campaign.kills.values())} kills landed"
         # Half the kills aim at a crash window (round robin), half at a random moment.
-        event = events[attempts % len(events)] if attempts % 2 else None
+        event = events[(attempts // 2) % len(events)] if attempts % 2 else None
         campaign.crash_round(event, hits=rng.randint(0, 3), new=2)
     extra = campaign.finish()
     kills = sum(campaign.kills.values())
+    slow = "; slow: " + " | ".join(campaign.slow) if campaign.slow else ""
     aimed = ", ".join(f"{e} {n}" for e, n in sorted(campaign.kills.items()) if e != "random moment")
     figure(
         f"crash/small: {kills} SIGKILLs survived ({campaign.kills['random moment']} at random "
@@ -233,7 +242,7 @@ def test_sigkill_while_storing_small_results(tmp_path: Path) -> None:
         f"kills ({extra['tmp_before_gc']} still there at the end, all removed by gc); "
         f"{len(campaign.locks_seen)} lock files left by kills, none blocking "
         f"(longest wait {campaign.lock_wait_s:.3f} s; slowest recovery run "
-        f"{campaign.verify_s:.2f} s)"
+        f"{campaign.verify_s:.2f} s{slow})"
     )
 
 
@@ -253,14 +262,14 @@ def test_sigkill_while_storing_large_results(tmp_path: Path) -> None:
         assert attempts < target * 4, f"only {sum(campaign.kills.values())} kills landed"
         campaign.crash_round(events[attempts % len(events)], hits=1, new=1)
         _drop_old_large(campaign)
-    extra = campaign.finish()
+    campaign.finish()
     kills = sum(campaign.kills.values())
     figure(
         f"crash/large ({mb} MB results): {kills} SIGKILLs survived "
         f"({', '.join(f'{e} {n}' for e, n in sorted(campaign.kills.items()))}); "
         f"every completed evaluation hit, {campaign.recomputed} interrupted calls recomputed; "
-        f"fsck clean after every kill; {extra['tmp_before_gc']} temp files at the end, "
-        f"removed by gc (slowest recovery {campaign.verify_s:.1f} s)"
+        f"fsck clean after every kill; {len(campaign.tmp_seen)} partial temp files left by "
+        f"kills, removed by gc (slowest recovery {campaign.verify_s:.1f} s)"
     )
 
 
@@ -285,25 +294,3 @@ def _key_of_ref(campaign: Campaign, name: str) -> int | None:
     if target is None:
         return None
     return store.evaluation(target).body.get("hparams", {}).get("key")
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not env_int("MEMOSTORE_RELIABILITY_LONG", 0),
-    reason="long run only (MEMOSTORE_RELIABILITY_LONG=1): each kill waits out a lock's age",
-)
-def test_sigkill_inside_lock_windows(tmp_path: Path) -> None:
-    rng = seeded_rng("crash/lock-windows")
-    campaign = Campaign(tmp_path, "small", rng, {})
-    campaign.calibrate(new_per_round=1)
-    for event in LOCK_WINDOW_EVENTS:
-        for _ in range(5):
-            if campaign.crash_round(event, hits=0, new=1):
-                break
-        else:
-            raise AssertionError(f"no kill landed at {event}")
-    campaign.finish()
-    figure(
-        f"crash/lock window: {sum(campaign.kills.values())} SIGKILLs between a lock's creation "
-        f"and its record survived; the next writer broke it by age ({campaign.verify_s:.1f} s)"
-    )

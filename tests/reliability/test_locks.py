@@ -169,7 +169,8 @@ def test_compare_and_swap_stays_exclusive_while_holders_are_killed(tmp_path: Pat
     # Locks the victims held were broken at once: the others kept swapping throughout.
     assert final >= kills, f"only {final} swaps in {kills} kills: a dead holder's lock blocked"
     figure(
-        f"locks: {kills} lock holders SIGKILLed during {final} compare-and-swap updates by "
-        f"4 processes: no update lost, no two holders at once ({final - len(values)} swaps "
-        "landed just before their process died)"
+        f"locks: {kills} SIGKILLs at random moments of 4 processes making {final} "
+        f"compare-and-swap updates of one ref: no update lost, never two lock holders at once, "
+        f"no dead holder's lock blocking ({final - len(values)} swaps landed just before "
+        "their process died)"
     )
