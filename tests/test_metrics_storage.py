@@ -155,7 +155,7 @@ train(int(sys.argv[1]), int(sys.argv[2]))
 
 
 def test_two_processes_log_into_one_store_at_once(store_dir: Path, tmp_path: Path) -> None:
-    script = write_script(tmp_path, "concurrent.py", CONCURRENT)
+    script = write_script(tmp_path, "log_at_once.py", CONCURRENT)
     n = 60_000
     procs = [
         subprocess.Popen([sys.executable, str(script), str(k), str(n)], cwd=tmp_path)
