@@ -170,11 +170,9 @@ def _print_metrics(out: Output, record: dict[str, Any], state: State) -> None:
     rows = []
     for tag, stats in metrics.items():
         row = [tag] + [number(stats.get(c)) for c in columns[1:]]
-        if out.rich:
-            row.append(_sparkline(state, record.get("logs"), tag))
+        row.append(_sparkline(state, record.get("logs"), tag))
         rows.append(row)
-    if out.rich:
-        columns.append("")
+    columns.append("trend")
     out.table(columns, rows, styles=["bold", None, None, None, None, None, "cyan"], indent="  ")
 
 
