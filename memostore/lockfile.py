@@ -43,6 +43,7 @@ import uuid
 from pathlib import Path
 
 from .errors import LockTimeout
+from .fsutil import fsync_dir, write_all
 
 HOST = socket.gethostname()
 # What link() fails with where a file system has no hard links (FAT, some FUSE
@@ -168,13 +169,13 @@ class LockFile:
         try:
             fd = os.open(self.new_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_all(fd, memoryview(data))
                 os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(self.new_path, self.path)
+            # The rename itself must survive a power loss, not only the bytes.
+            fsync_dir(self.path.parent)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new_path)

@@ -379,6 +379,11 @@ def gc(
         report.quarantine_removed, report.quarantine_bytes = _remove_old_files(
             store.root / "quarantine", now - quarantine_age_s, dry_run
         )
+        leftovers, leftover_bytes = _remove_lock_leftovers(
+            store.root / "refs", now - grace_s, dry_run
+        )
+        report.tmp_removed += leftovers
+        report.tmp_bytes += leftover_bytes
         if not dry_run and report.deleted:
             entries = index.load(store)
             with contextlib.suppress(OSError):
@@ -388,7 +393,22 @@ def gc(
     return report
 
 
-def _remove_old_files(directory: Path, older_than: float, dry_run: bool) -> tuple[int, int]:
+def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> tuple[int, int]:
+    """Delete what killed ref writers left beside refs (``*.lock.new``, ``*.lock.stale-*``,
+    hidden temp files), once older than the grace period. Live ``*.lock`` files are
+    left to the lock protocol, which breaks them when their holder is gone."""
+    count = size = 0
+    for dirpath, _dirnames, filenames in os.walk(refs_dir):
+        leftovers = [f for f in filenames if ".lock." in f or f.startswith(".")]
+        if leftovers:
+            n, s = _remove_old_files(Path(dirpath), older_than, dry_run, leftovers)
+            count, size = count + n, size + s
+    return count, size
+
+
+def _remove_old_files(
+    directory: Path, older_than: float, dry_run: bool, only: list[str] | None = None
+) -> tuple[int, int]:
     """Delete regular files in *directory* last modified before *older_than*."""
     count = size = 0
     try:
@@ -396,6 +416,8 @@ def _remove_old_files(directory: Path, older_than: float, dry_run: bool) -> tupl
     except FileNotFoundError:
         return 0, 0
     for entry in entries:
+        if only is not None and entry.name not in only:
+            continue
         try:
             st = entry.stat(follow_symlinks=False)
         except FileNotFoundError:

@@ -254,6 +254,15 @@ class MemoizedFunction:
             return result
         return self._compute(store, call, args, kwargs)
 
+    @staticmethod
+    def _decode_evaluation(store: Store, evaluation_id: str) -> tuple[Any, Any, Any]:
+        """(record body, decoder, restored result); body None when it holds no result."""
+        body = store.evaluation(evaluation_id).body
+        if body.get("status") != "ok" or body.get("result") is None:
+            return None, None, None
+        decoder = Decoder(store.objects, body.get("payloads") or {})
+        return body, decoder, decoder.decode_value(body["result"])
+
     def _restore(self, store: Store, ref: str, call: _Call | None = None) -> tuple[bool, Any]:
         try:
             evaluation_id = store.refs.read(ref)
@@ -268,12 +277,18 @@ class MemoizedFunction:
             if evaluation_id is None:
                 return False, None
         try:
-            doc = store.evaluation(evaluation_id)
-            body = doc.body
-            if body.get("status") != "ok" or body.get("result") is None:
+            try:
+                body, decoder, result = self._decode_evaluation(store, evaluation_id)
+            except ObjectNotFound:
+                # Another process may have replaced the evaluation and gc freed the
+                # old one between our two reads: read the ref again, once.
+                newer = store.refs.read(ref)
+                if newer is None or newer == evaluation_id:
+                    raise
+                evaluation_id = newer
+                body, decoder, result = self._decode_evaluation(store, evaluation_id)
+            if body is None:
                 return False, None
-            decoder = Decoder(store.objects, body.get("payloads") or {})
-            result = decoder.decode_value(body["result"])
         except StaleCode:
             return False, None  # code a stored value needs has changed: recompute
         except ObjectNotFound as exc:
