@@ -85,8 +85,12 @@ class SummaryReader:
         max_items: int = MAX_ITEMS,
         max_depth: int = MAX_DEPTH,
         load_codecs: bool = True,
+        summarizers: list[Summarizer] | None = None,
     ) -> None:
+        """*summarizers*: the light summarizers to try (default: the installed
+        ``memostore.summaries`` entry points; ``[]`` for generic summaries only)."""
         self.objects = objects
+        self._summarizers = summarizers
         self.codecs = codecs
         self.load_codecs = load_codecs
         self.max_items = max_items
@@ -158,7 +162,9 @@ class SummaryReader:
             if codec is not None and type(codec).summarize is not Codec.summarize:
                 summary = codec.summarize(node, self)
             else:
-                for summarizer in light_summarizers():
+                for summarizer in (
+                    light_summarizers() if self._summarizers is None else self._summarizers
+                ):
                     summary = summarizer(node, self)
                     if summary is not None:
                         break
