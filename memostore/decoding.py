@@ -230,6 +230,12 @@ def _apply_state(dec: Decoder, node: dict[str, Any], obj: Any) -> None:
     if "setstate" in node:
         dec.node(node["setstate"])(obj, state)
         return
+    set_pickle_state(obj, state)
+
+
+def set_pickle_state(obj: Any, state: Any) -> None:
+    """Apply pickle *state* to *obj* as ``pickle`` does: ``__setstate__`` when the
+    class has one, else the instance dict (and slots, for a ``(dict, slots)`` pair)."""
     if getattr(type(obj), "__setstate__", None) is not None:
         obj.__setstate__(state)
         return

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from memostore.codecs import Codec
+from memostore.decoding import set_pickle_state
 from memostore.errors import DecodeError, EncodeError
 from memostore.objects import canonical_json, digest_bytes
 
@@ -144,7 +145,7 @@ class DatasetCodec(Codec):
             for key, value in dec.node(node["dictitems"]).items():
                 ds[key] = value
         if "state" in node:
-            _set_state(ds, dec.node(node["state"]))
+            set_pickle_state(ds, dec.node(node["state"]))
         return ds
 
     def fingerprint(self, ds: Any) -> Hashable | None:
@@ -152,20 +153,6 @@ class DatasetCodec(Codec):
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
-
-
-def _set_state(obj: Any, state: Any) -> None:
-    """Apply pickle state the way ``pickle`` does."""
-    if getattr(type(obj), "__setstate__", None) is not None:
-        obj.__setstate__(state)
-        return
-    slots = None
-    if isinstance(state, tuple) and len(state) == 2:
-        state, slots = state
-    if state:
-        obj.__dict__.update(state)
-    for key, value in (slots or {}).items():
-        setattr(obj, key, value)
 
 
 DATA_CODECS = [DatasetCodec(), IntListCodec()]

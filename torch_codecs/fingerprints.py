@@ -7,8 +7,8 @@ made of:
 
 * immutable atoms (``None``, bool, int, float, complex, str, bytes, dtypes,
   devices, enum members), compared by type and value;
-* tensors, by identity, version counter, storage pointer, offset, shape,
-  stride, dtype and ``requires_grad`` (:func:`tensor_data_state`);
+* tensors, by identity, version counter, data pointer (storage and offset),
+  shape, stride, dtype and ``requires_grad``;
 * lists, tuples, dicts and sets of those, by type, identity and content
   (identity matters: two names for one list encode differently from two
   equal lists);
@@ -21,15 +21,32 @@ Anything else (a numpy array, an object with custom pickling, an inference
 tensor) raises :class:`NotProvable`, and the owner is then re-hashed on every
 use: slower, never stale.
 
+Speed matters here: a repeated digest of a model or dataset of 1,000 tensors
+is a snapshot plus a comparison, and must stay under a millisecond. So the
+tensors met during the walk are only collected, and described at the end in
+a few C-level passes (``map`` over ``attrgetter``/``methodcaller``); the
+modules of a tree are read through a per-layout plan (``module_plans.py``) that says which
+``__dict__`` entries are atoms (picked in one ``itemgetter`` call), hook dicts
+(usually empty: one truth test), or registered parameters, buffers and
+children. A tensor's device, layout and conjugate/negative bits are not
+sampled: in place they change only together with something that is (its
+version counter or data pointer), or through ``t.data = ...`` assignments,
+which the documented rule covers (call ``memostore.forget_digest(t)`` after
+writing through ``.data``).
+
 A snapshot keeps the objects it compares by identity through weak
 references: an object that died, and another one born at the same address,
-never compare equal. It is built flat (identities, then everything else), so
-that comparing two snapshots is a few C-level tuple comparisons.
+never compare equal. ``weakref.ref(obj)`` returns the one plain reference an
+object already has, so while the snapshot held in the cache keeps that
+reference alive, a new snapshot of the same living objects holds the very
+same reference objects, and a dead one can never equal a new one; comparing
+two snapshots is therefore three C-level tuple comparisons.
 """
 
 from __future__ import annotations
 
 import enum
+import operator
 import types
 import weakref
 from collections import OrderedDict
@@ -38,33 +55,43 @@ from typing import Any
 
 import torch
 
-_ATOMS = frozenset(
-    {
-        type(None),
-        bool,
-        int,
-        float,
-        complex,
-        str,
-        bytes,
-        torch.dtype,
-        torch.device,
-        torch.Size,
-        torch.layout,
-        torch.memory_format,
-    }
-)
+from .module_plans import ATOMS as _ATOMS
+from .module_plans import SETS as _SETS
+from .module_plans import Plan, plan_for, plans_by_class
+
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 # Long homogeneous lists of these are snapshotted in one C-level pass.
 _FAST_ELEMENTS = frozenset({int, float, str, bytes})
 _FAST_MIN_LENGTH = 16
-_DICTS = (dict, OrderedDict)
 # Bounds the work (and memory) a snapshot may take; beyond it, re-hash instead.
 MAX_ITEMS = 1 << 20
 
 _DEFAULT_REDUCE = object.__reduce__
 _DEFAULT_REDUCE_EX = object.__reduce_ex__
 _DEFAULT_GETSTATE = getattr(object, "__getstate__", None)
+
+# What a tensor's stored form depends on, read in C-level passes (see _finish).
+_TENSOR_META = operator.attrgetter("_version", "shape", "dtype", "requires_grad")
+_DATA_PTR = operator.methodcaller("data_ptr")
+_STRIDE = operator.methodcaller("stride")
+_TENSOR_DICT = operator.attrgetter("__dict__")
+
+
+class _Marker:
+    """A position marker in a snapshot, equal only to itself (never to 0 or False)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+_EMPTY = _Marker("empty")
+_FULL = _Marker("full")
+_TENSORS = _Marker("tensors")
 
 
 class NotProvable(Exception):
@@ -75,8 +102,9 @@ class Fingerprint:
     """A flat snapshot: identities (ids and references) plus everything else.
 
     Two fingerprints are equal when they saw the same objects, still alive,
-    in the same states. A live object's id is unique, so equal ids plus live
-    references mean the very same objects.
+    in the same states. With equal ids, the references are the same objects
+    exactly when every object is still alive (see the module docstring), so
+    the comparison never calls an object's own ``__eq__``.
     """
 
     __slots__ = ("ids", "refs", "rest")
@@ -89,9 +117,7 @@ class Fingerprint:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Fingerprint):
             return NotImplemented
-        if self.ids != other.ids or self.rest != other.rest:
-            return False
-        return all(ref() is not None for ref in self.refs)
+        return self.ids == other.ids and self.rest == other.rest and self.refs == other.refs
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
@@ -111,6 +137,12 @@ class _Strong:
 
     def __call__(self) -> Any:
         return self.obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Strong) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 def _ref(obj: Any) -> Any:
@@ -155,11 +187,12 @@ def snapshot(value: Any) -> Fingerprint:
     """A comparable snapshot of *value* (see the module docstring)."""
     builder = _Builder()
     builder.take(value)
+    builder.finish()
     return Fingerprint(tuple(builder.ids), tuple(builder.refs), tuple(builder.rest))
 
 
 class _Builder:
-    __slots__ = ("active", "ids", "items", "modules", "refs", "rest")
+    __slots__ = ("active", "id_only", "ids", "items", "modules", "refs", "rest", "tensors")
 
     def __init__(self) -> None:
         self.ids: list[int] = []
@@ -168,6 +201,10 @@ class _Builder:
         self.items = 0
         self.active: set[int] = set()
         self.modules: set[int] = set()
+        # Collected during the walk, described in finish() in C-level passes.
+        self.tensors: list[Any] = []
+        # Objects whose content the snapshot holds in full: compared by id alone.
+        self.id_only: list[Any] = []
 
     def ident(self, obj: Any) -> None:
         self.ids.append(id(obj))
@@ -183,6 +220,10 @@ class _Builder:
         self.items += 1
         if self.items > MAX_ITEMS:
             raise NotProvable("value too large to fingerprint")
+        if cls in _PLAIN_TENSORS:
+            rest.append(_TENSORS)
+            self.tensors.append(value)
+            return
         if isinstance(value, torch.Tensor):
             self.tensor(value)
             return
@@ -197,8 +238,12 @@ class _Builder:
             self.active.discard(key)
 
     def tensor(self, t: torch.Tensor) -> None:
+        """One tensor, described at once (subclasses, and the fallback of finish())."""
         self.items += 1
-        state = tensor_data_state(t)
+        try:
+            state = tensor_data_state(t)
+        except RuntimeError as exc:  # e.g. a nested tensor has no strides
+            raise NotProvable(f"cannot track changes of this tensor: {exc}") from None
         if state is None:
             if not t.is_meta:
                 raise NotProvable("a tensor without a version counter")
@@ -212,6 +257,43 @@ class _Builder:
         rest.append(cls)
         if cls is not torch.Tensor and t.__dict__:
             self.take(t.__dict__)
+
+    def finish(self) -> None:
+        """Describe the collected tensors and identities, a C-level pass per field."""
+        tensors, self.tensors = self.tensors, []
+        rest = self.rest
+        if tensors:
+            self.items += len(tensors)
+            if self.items > MAX_ITEMS:
+                raise NotProvable("value too large to fingerprint")
+            kinds = tuple(map(type, tensors))
+            rest.append(kinds)
+            if not set(kinds) <= _PLAIN_TENSORS:
+                tensors = [t for t in tensors if t is not None]
+            try:
+                meta = tuple(map(_TENSOR_META, tensors))
+                pointers = tuple(map(_DATA_PTR, tensors))
+                strides = tuple(map(_STRIDE, tensors))
+            except RuntimeError:
+                # Inference, sparse or nested tensors: one at a time (this raises
+                # NotProvable, or describes meta tensors).
+                for t in tensors:
+                    self.tensor(t)
+            else:
+                rest.append(meta)
+                rest.append(pointers)
+                rest.append(strides)
+                self.ids.extend(map(id, tensors))
+                self.refs.extend(map(weakref.ref, tensors))
+                if any(map(len, map(_TENSOR_DICT, tensors))):
+                    for t in tensors:
+                        # Attributes set on a Parameter are stored with it.
+                        if type(t) is not torch.Tensor and t.__dict__:
+                            self.take(t.__dict__)
+                    self.finish()  # tensors met inside those attributes
+        id_only, self.id_only = self.id_only, []
+        if id_only:
+            self.ids.extend(map(id, id_only))
 
     def _compound(self, value: Any, cls: type) -> None:
         rest = self.rest
@@ -272,6 +354,12 @@ class _Builder:
     def _sequence(self, value: list[Any] | tuple[Any, ...]) -> None:
         if len(value) >= _FAST_MIN_LENGTH:
             kinds = set(map(type, value))
+            if kinds <= _PLAIN_TENSORS:
+                # The common case of datasets: described together in finish().
+                self.rest.append(_TENSORS)
+                self.rest.append(len(value))
+                self.tensors.extend(value)
+                return
             if len(kinds) == 1:
                 (kind,) = kinds
                 if kind in _FAST_ELEMENTS:
@@ -280,53 +368,67 @@ class _Builder:
                     self.rest.append(tuple(value))
                     return
         self.rest.append(len(value))
-        tensor = self.tensor
         take = self.take
         for x in value:
-            if type(x) in _PLAIN_TENSORS:
-                tensor(x)  # the common case of datasets: skip the dispatch
-            else:
-                take(x)
+            take(x)
 
     def module(self, root: torch.nn.Module) -> None:
-        """A module tree, walked directly: this is the hot path of model hashing."""
-        rest = self.rest
-        add_rest, add_id, add_ref = rest.append, self.ids.append, self.refs.append
-        tensor = self.tensor
+        """A module tree, walked directly: this is the hot path of model hashing.
+
+        A module's content is in the snapshot in full (class, attribute names,
+        types and values, its tensors, children and hooks), so modules and their
+        sets are compared by id alone (for their aliasing), without references.
+        """
+        add_rest = self.rest.append
+        add_id = self.id_only.append
+        add_ids = self.id_only.extend
+        add_tensors = self.tensors.extend
+        seen = self.modules
+        plans = plans_by_class
         stack = [root]
+        pop, push = stack.pop, stack.extend
         while stack:
-            m = stack.pop()
-            if id(m) in self.modules:
-                add_rest(("again", id(m)))
+            m = pop()
+            key = id(m)
+            if key in seen:
+                add_rest(("again", key))
                 continue
-            self.modules.add(id(m))
-            add_rest(type(m))  # held strongly: a class is never freed under us
-            add_id(id(m))
-            add_ref(weakref.ref(m))
+            seen.add(key)
             d = m.__dict__
-            add_rest(tuple(d))
-            for name, v in d.items():
-                cls = type(v)
-                if cls in _ATOMS:
-                    add_rest(cls)
-                    add_rest(v)
-                elif name == "_parameters" or name == "_buffers":
-                    add_rest(tuple(v))
-                    for t in v.values():
-                        if t is None:
-                            add_rest(None)
-                        else:
-                            tensor(t)
-                elif name == "_modules":
-                    add_rest(tuple(v))
-                    children = [c for c in v.values() if c is not None]
-                    add_rest(len(children))
-                    stack.extend(reversed(children))
-                elif cls in _DICTS and not v and "hooks" in name:
-                    # Hook dicts are stored renumbered, never by identity.
-                    add_rest(0)
-                else:
-                    self.take(v)
+            values = tuple(d.values())
+            names = tuple(d)
+            kinds = tuple(map(type, values))
+            plan = plans.get(type(m))
+            if plan is None or plan.names != names or plan.kinds != kinds:
+                plan = plan_for(type(m), names, kinds)
+            params, buffers, children = plan.own(values)
+            # The plan stands for the class, attribute names and attribute types.
+            add_rest((plan, plan.atoms(values), tuple(params), tuple(buffers), tuple(children)))
+            add_id(m)
+            add_ids(plan.sets(values))
+            if any(plan.containers(values)):
+                self._containers(plan, values)
+            add_tensors(params.values())  # None entries are sorted out in finish()
+            add_tensors(buffers.values())
+            if children:
+                found = tuple(children.values())
+                add_rest(tuple(map(type, found)))  # which names hold None
+                push([c for c in reversed(found) if c is not None])
+            for index in plan.others:
+                self.take(values[index])
+
+    def _containers(self, plan: Plan, values: tuple[Any, ...]) -> None:
+        """Hook dicts and sets of a module, when one of them is not empty."""
+        add_rest = self.rest.append
+        add_rest(_FULL)
+        for value in plan.containers(values):
+            if type(value) in _SETS:
+                if not set(map(type, value)) <= _ATOMS:
+                    raise NotProvable("a set holding something other than plain atoms")
+                add_rest(frozenset((type(x), x) for x in value))
+            else:
+                # Hook dicts are stored renumbered; a snapshot compares them in full.
+                self.take(value)
 
 
 def _pickles_by_dict(cls: type) -> bool:

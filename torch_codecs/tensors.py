@@ -44,6 +44,9 @@ _SCRATCH_GROUPS = "torch.storage_groups"
 _SCRATCH_ANCHORS = "torch.anchor_count"
 _SESSION_WARNED = "torch.device_warned"
 
+# Stored dtype names of this torch, looked up once per restored tensor.
+_DTYPES = {dtype_name(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
 _COMPRESSED = {
     torch.sparse_csr: ("crow_indices", "col_indices"),
     torch.sparse_csc: ("ccol_indices", "row_indices"),
@@ -193,7 +196,7 @@ class TensorCodec(Codec):
     # -- decoding ------------------------------------------------------------------------
     def decode(self, node: dict[str, Any], dec: Any) -> torch.Tensor:
         cls = dec.code(node["cls"]) if "cls" in node else None
-        dtype = dtype_from_name(node["dtype"])
+        dtype = _DTYPES.get(node["dtype"]) or dtype_from_name(node["dtype"])
         device = target_device(node["device"], dec)
         pending = None
         if "layout" in node:
@@ -323,10 +326,13 @@ def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t if device.type == "cpu" else t.to(device)
 
 
+_CPU = torch.device("cpu")
+
+
 def target_device(text: str, dec: Any) -> torch.device:
     """Where a tensor stored on device *text* is restored: there if possible, else the CPU."""
     if text == "cpu":
-        return torch.device("cpu")
+        return _CPU
     device = torch.device(text)
     if device.type == "meta":
         return device
