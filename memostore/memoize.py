@@ -31,7 +31,14 @@ from typing import Any, TypeVar, overload
 from . import context, index
 from .decoding import Decoder
 from .encoding import Encoder, HashSink, StoreSink
-from .errors import DecodeError, MemostoreError, MemostoreWarning, ObjectNotFound, StaleCode
+from .errors import (
+    DecodeError,
+    EncodeError,
+    MemostoreError,
+    MemostoreWarning,
+    ObjectNotFound,
+    StaleCode,
+)
 from .evaluation import (
     Evaluation,
     code_doc,
@@ -238,8 +245,8 @@ class MemoizedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             call = self._prepare(args, kwargs)
-        except MemostoreError as exc:
-            raise type(exc)(f"cannot key a call of {self.symbol}: {exc}") from exc
+        except EncodeError as exc:
+            raise EncodeError(f"cannot key a call of {self.symbol}: {exc}") from exc
         try:
             store = _open_store(self._store)
         except OSError as exc:
