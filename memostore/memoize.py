@@ -331,7 +331,7 @@ class MemoizedFunction:
                 sink.flush(objects)
             code_id = body.get("code")
             if code_id and not objects.contains(code_id):
-                doc = code_doc(call.code)
+                doc = call.code_doc
                 if doc.id == code_id:
                     objects.add_doc(doc)
         except Exception:
@@ -350,9 +350,9 @@ class MemoizedFunction:
         try:
             # Roots first: gc keeps everything reachable from them (what is already
             # present among the arguments included) while they are written.
-            store.mark_pending(ctx.run_id, [call.args_id, code_doc(call.code).id])
+            store.mark_pending(ctx.run_id, [call.args_id, call.code_doc.id])
             call.sink.flush(store.objects)
-            self._write_code_doc(store, call.code)
+            self._write_code_doc(store, call)
         except Exception as exc:
             storable = False
             with contextlib.suppress(OSError):
@@ -371,13 +371,15 @@ class MemoizedFunction:
             if storable and not isinstance(exc, GeneratorExit):
                 status = "error" if isinstance(exc, Exception) else "interrupted"
                 self._record_failure(store, call, ctx, exc, status, started, t0)
-                store.clear_pending(ctx.run_id)
+                with contextlib.suppress(OSError):
+                    store.clear_pending(ctx.run_id)
             raise
         context.leave(token)
         duration = time.perf_counter() - t0
         if storable:
             self._store_result(store, call, ctx, result, started, duration)
-            store.clear_pending(ctx.run_id)
+            with contextlib.suppress(OSError):
+                store.clear_pending(ctx.run_id)
         else:
             ctx.finalize("ok")
         return result
@@ -389,7 +391,7 @@ class MemoizedFunction:
         return {
             "function": self.symbol,
             "key": call.key,
-            "code": code_doc(call.code).id,
+            "code": call.code_doc.id,
             "code_digest": call.code.digest,
             "version": self._version,
             "args": call.args_id,
@@ -466,11 +468,11 @@ class MemoizedFunction:
                 f"{_fix(record_exc, store)}"
             )
 
-    def _write_code_doc(self, store: Store, code: Any) -> None:
-        marker = (str(store.root), code.digest)
+    def _write_code_doc(self, store: Store, call: _Call) -> None:
+        marker = (str(store.root), call.code.digest)
         if marker in self._code_docs_written:
             return
-        store.objects.add_doc(code_doc(code))
+        store.objects.add_doc(call.code_doc)
         self._code_docs_written.add(marker)
 
 
@@ -491,7 +493,7 @@ def _publish(store: Store, fields: dict[str, Any], ctx: context.EvalContext, ref
 class _Call:
     """A keyed call: its arguments, code, key and what hashing them produced."""
 
-    __slots__ = ("args_id", "arguments", "code", "encoder", "fn", "key", "sink")
+    __slots__ = ("_code_doc", "args_id", "arguments", "code", "encoder", "fn", "key", "sink")
 
     def __init__(
         self,
@@ -510,6 +512,14 @@ class _Call:
         self.encoder = encoder
         self.args_id = args_id
         self.key = key
+        self._code_doc: Doc | None = None
+
+    @property
+    def code_doc(self) -> Doc:
+        """The code document of the function (built once: it hashes every source)."""
+        if self._code_doc is None:
+            self._code_doc = code_doc(self.code)
+        return self._code_doc
 
 
 def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
