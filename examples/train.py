@@ -117,8 +117,8 @@ def timed(label: str, fn, *args):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--samples", type=int, default=50_000)
     args = parser.parse_args()
 
     start = time.perf_counter()
