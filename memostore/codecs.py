@@ -92,6 +92,12 @@ class CodecRegistry:
                 self._by_type_name[name] = codec
             self._resolved.clear()
 
+    def register_for_type(self, cls: type, codec: Codec) -> None:
+        """Use *codec* for *cls* (and its subclasses) without touching the tag table."""
+        with self._lock:
+            self._by_type[cls] = codec
+            self._resolved.clear()
+
     def for_type(self, cls: type) -> Codec | None:
         """The codec for *cls* (nearest along its MRO), or None."""
         try:
