@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import run_script, write_script  # noqa: E402
 from torch.utils.data import (  # noqa: E402
     ConcatDataset,
     DataLoader,
@@ -26,26 +23,6 @@ from memostore import Store, memo  # noqa: E402
 from memostore.decoding import Decoder  # noqa: E402
 from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
 from torch_codecs.data import DatasetCodec  # noqa: E402
-
-
-def run_script(path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run *path* in a fresh interpreter (memoisation across processes is the point)."""
-    proc = subprocess.run(
-        [sys.executable, str(path), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        cwd=str(path.parent),
-        timeout=300,
-    )
-    assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def write_script(directory: Path, name: str, source: str) -> Path:
-    path = directory / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def digest(value: Any) -> str:
