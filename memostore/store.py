@@ -78,7 +78,8 @@ class Store:
         return cls(default_store_path(create=create), create=create)
 
     def __repr__(self) -> str:
-        return f"Store({str(self.root) if self.root else '<memory>'!r})"
+        root = getattr(self, "root", None)  # a failed __init__ leaves no root
+        return f"Store({str(root) if root else '<memory>'!r})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Store):

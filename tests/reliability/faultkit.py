@@ -141,7 +141,13 @@ def break_leftover_locks(root: Path, limit_s: float = 5.0) -> float:
 
 # -- fsck and gc -------------------------------------------------------------------------
 def fsck_problems(root: Path) -> list[str]:
-    """What fsck finds wrong with the store at *root*, read by a fresh Store (no caches)."""
+    """What fsck finds wrong with the store at *root*, read by a fresh Store (no caches).
+
+    A child killed before it finished creating the store (FORMAT is written last,
+    and before any object) stored nothing: there is nothing to check yet.
+    """
+    if not (root / "FORMAT").exists():
+        return []
     report = maintenance.fsck(Store(root, create=False), rebuild_index=False)
     return [str(p) for p in report.problems]
 
