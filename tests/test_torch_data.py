@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from codec_helpers import cached_digest, digest, roundtrip  # noqa: E402
 from conftest import run_script, write_script  # noqa: E402
 from torch.utils.data import (  # noqa: E402
     ConcatDataset,
@@ -20,24 +21,7 @@ from torch.utils.data import (  # noqa: E402
 )
 
 from memostore import Store, memo  # noqa: E402
-from memostore.decoding import Decoder  # noqa: E402
-from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
 from torch_codecs.data import DatasetCodec  # noqa: E402
-
-
-def digest(value: Any) -> str:
-    return Encoder(HashSink(), cache=None).encode_value(value)
-
-
-def cached_digest(value: Any) -> str:
-    return Encoder(HashSink()).encode_value(value)
-
-
-def roundtrip(value: Any, store: Store) -> tuple[Any, str]:
-    enc = Encoder(StoreSink(store.objects))
-    doc_id = enc.encode_value(value)
-    assert digest(value) == doc_id
-    return Decoder(store.objects, enc.payloads).decode_value(doc_id), doc_id
 
 
 @pytest.fixture

@@ -12,25 +12,14 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 
+from codec_helpers import digest, roundtrip  # noqa: E402
 from conftest import run_script, write_script  # noqa: E402
 
 from memostore import Store  # noqa: E402
-from memostore.decoding import Decoder  # noqa: E402
-from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
+from memostore.encoding import Encoder, HashSink  # noqa: E402
 from memostore.hashcache import digest_cache  # noqa: E402
 from memostore.summaries import SummaryReader  # noqa: E402
 from torch_codecs.modules import ModuleCodec  # noqa: E402
-
-
-def digest(value: Any) -> str:
-    return Encoder(HashSink(), cache=None).encode_value(value)
-
-
-def roundtrip(value: Any, store: Store) -> tuple[Any, str]:
-    enc = Encoder(StoreSink(store.objects))
-    doc_id = enc.encode_value(value)
-    assert digest(value) == doc_id
-    return Decoder(store.objects, enc.payloads).decode_value(doc_id), doc_id
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from codec_helpers import digest, roundtrip  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from memostore import MemostoreWarning, Store, forget_digest, memo  # noqa: E402
@@ -47,18 +48,6 @@ DTYPES = [
 @pytest.fixture(params=["disk", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
     return Store(tmp_path / "store") if request.param == "disk" else Store.in_memory()
-
-
-def digest(value: Any) -> str:
-    return Encoder(HashSink(), cache=None).encode_value(value)
-
-
-def roundtrip(value: Any, store: Store) -> tuple[Any, str]:
-    """Store *value*, check the hash-only digest agrees, restore it fresh."""
-    enc = Encoder(StoreSink(store.objects))
-    doc_id = enc.encode_value(value)
-    assert digest(value) == doc_id
-    return Decoder(store.objects, enc.payloads).decode_value(doc_id), doc_id
 
 
 def raw(t: torch.Tensor) -> bytes:
