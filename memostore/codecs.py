@@ -64,6 +64,15 @@ class Codec:
         """
         return None
 
+    def fingerprint_holds(self, obj: Any, fingerprint: Hashable) -> bool:
+        """Whether *fingerprint*, taken of *obj* earlier, still describes it.
+
+        The default takes a new fingerprint and compares. A codec with a cheaper
+        proof (module trees: ``torch_codecs/module_guards.py``) overrides it; it
+        must never answer True for an object whose new fingerprint would differ.
+        """
+        return self.fingerprint(obj) == fingerprint
+
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         """A JSON summary for ``memostore show`` (no bulk data read)."""
         return {"type": self.tag}

@@ -320,12 +320,13 @@ class Encoder:
         return self.sink.put_doc(doc)
 
     def _standalone(self, obj: Any, codec: Codec) -> str:
-        fingerprint = codec.fingerprint(obj) if self.cache is not None else None
-        if fingerprint is not None:
-            cached = self.cache.get(obj, fingerprint)  # type: ignore[union-attr]
+        fingerprint = None
+        if self.cache is not None:
+            cached = self.cache.get_if(obj, lambda old: codec.fingerprint_holds(obj, old))
             if cached is not None:
                 self.sink.require(cached, obj)
                 return cached
+            fingerprint = codec.fingerprint(obj)
 
         def build() -> Any:
             out: dict[str, Any] = {"$": codec.tag}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,16 @@ class HashCache:
             return None
         alive = entry.ref if entry.strong else entry.ref()
         if alive is not obj or entry.fingerprint != fingerprint:
+            return None
+        return entry.digest
+
+    def get_if(self, obj: Any, holds: Callable[[Hashable], bool]) -> str | None:
+        """The digest cached for *obj* if ``holds(its cached fingerprint)`` is True."""
+        entry = self._entries.get(id(obj))
+        if entry is None:
+            return None
+        alive = entry.ref if entry.strong else entry.ref()
+        if alive is not obj or not holds(entry.fingerprint):
             return None
         return entry.digest
 

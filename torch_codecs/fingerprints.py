@@ -152,14 +152,67 @@ def _ref(obj: Any) -> Any:
         return _Strong(obj)
 
 
+# -- tensors torch writes without moving their version counter ------------------------
+# ``F.batch_norm`` updates the running statistics it is given from inside its
+# kernel, and their version counters stay put (torch 2.13, CPU). The running
+# statistics of norm layers (``_NormBase``: batch, sync batch and instance norm)
+# are therefore "silent": a module's fingerprint holds their bytes, and their
+# blob digests are never cached. Statistics that a user's own module passes to
+# ``F.batch_norm`` fall under the ``.data`` rule: call ``memostore.forget_digest``.
+_NORM_BASE = torch.nn.modules.batchnorm._NormBase
+_RUNNING_STATS = ("running_mean", "running_var")
+_silent: dict[int, weakref.ref[torch.Tensor]] = {}
+
+
+def running_stats(m: torch.nn.Module) -> list[torch.Tensor]:
+    """The running statistics of a norm layer (none for other modules), noted as silent."""
+    if not isinstance(m, _NORM_BASE):
+        return []
+    buffers = m.__dict__.get("_buffers") or {}
+    found = [t for t in map(buffers.get, _RUNNING_STATS) if isinstance(t, torch.Tensor)]
+    for t in found:
+        key = id(t)
+        ref = _silent.get(key)
+        if ref is None or ref() is not t:
+            _silent[key] = weakref.ref(t, lambda r, key=key: _forget_silent(key, r))
+    return found
+
+
+def _forget_silent(key: int, ref: weakref.ref[torch.Tensor]) -> None:
+    if _silent.get(key) is ref:
+        del _silent[key]
+
+
+def is_silent(t: torch.Tensor) -> bool:
+    """Whether torch may write *t* without moving its version counter (see above)."""
+    ref = _silent.get(id(t))
+    return ref is not None and ref() is t
+
+
+def content_bytes(t: torch.Tensor) -> bytes:
+    """A copy of a (small) tensor's bytes, for fingerprints of silent tensors."""
+    flat = t.detach().reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    return bytes(flat.view(torch.uint8).cpu().numpy())
+
+
 def tensor_data_state(t: torch.Tensor) -> Hashable | None:
     """What a tensor's bytes depend on; None when it cannot be tracked.
 
     In-place writes bump the version counter (shared by views); ``.data``
     assignment or ``set_`` changes the storage pointer, offset, shape or
     stride. Writes through ``t.data`` or a numpy view are invisible: call
-    ``memostore.forget_digest(t)`` after them.
+    ``memostore.forget_digest(t)`` after them. Silent tensors (the running
+    statistics of norm layers, see above) are never tracked.
     """
+    if _silent and is_silent(t):
+        return None
+    return untracked_data_state(t)
+
+
+def untracked_data_state(t: torch.Tensor) -> Hashable | None:
+    """:func:`tensor_data_state`, whether or not *t* is silent."""
     if t.is_inference() or t.layout != torch.strided or t.is_meta:
         return None
     return (
@@ -410,6 +463,8 @@ class _Builder:
                 self._containers(plan, values)
             add_tensors(params.values())  # None entries are sorted out in finish()
             add_tensors(buffers.values())
+            if plan.norm:
+                add_rest(tuple(map(content_bytes, running_stats(m))))
             if children:
                 found = tuple(children.values())
                 add_rest(tuple(map(type, found)))  # which names hold None

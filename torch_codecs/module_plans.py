@@ -66,6 +66,7 @@ class Plan:
         "containers",
         "kinds",
         "names",
+        "norm",
         "others",
         "own",
         "sets",
@@ -98,6 +99,8 @@ class Plan:
         else:
             self.own = operator.itemgetter(*where)
         self.sets = _picker(sets)
+        # Norm layers: their running statistics change without a version bump.
+        self.norm = issubclass(cls, torch.nn.modules.batchnorm._NormBase)
 
 
 def _no_items(values: tuple[Any, ...]) -> tuple[Any, ...]:

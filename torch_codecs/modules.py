@@ -30,8 +30,9 @@ import torch
 from memostore.codecs import Codec
 from memostore.errors import EncodeError
 
-from .fingerprints import fingerprint_or_none
+from .fingerprints import Fingerprint, fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
+from .module_guards import TreeGuard
 from .summaries import summarize
 
 _OWN_KEYS = frozenset({"_parameters", "_buffers", "_modules"})
@@ -73,10 +74,47 @@ class ModuleCodec(Codec):
         return module
 
     def fingerprint(self, m: torch.nn.Module) -> Hashable | None:
-        return fingerprint_or_none(m)
+        snapshot = fingerprint_or_none(m)
+        return None if snapshot is None else ModuleFingerprint(snapshot)
+
+    def fingerprint_holds(self, m: torch.nn.Module, fingerprint: Hashable) -> bool:
+        if not isinstance(fingerprint, ModuleFingerprint):
+            return False
+        guard = fingerprint.guard
+        if guard is not None and guard.holds(m):
+            return True
+        snapshot = fingerprint_or_none(m)
+        if snapshot is None or snapshot != fingerprint.snapshot:
+            return False
+        # Seen again, unchanged: from now on a guard proves it faster than a snapshot.
+        fingerprint.guard = TreeGuard.build(m)
+        return True
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
+
+
+class ModuleFingerprint:
+    """A module tree's snapshot, and a guard of it once the tree was seen unchanged.
+
+    Equality is the snapshot's. The guard (``module_guards.py``) is built on the
+    first repeated digest, not the first: most objects are hashed once, and a
+    guard costs about as much as a snapshot to build.
+    """
+
+    __slots__ = ("guard", "snapshot")
+
+    def __init__(self, snapshot: Fingerprint) -> None:
+        self.snapshot = snapshot
+        self.guard: TreeGuard | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ModuleFingerprint):
+            return NotImplemented
+        return self.snapshot == other.snapshot
+
+    def __hash__(self) -> int:
+        return hash(self.snapshot)
 
 
 def _encode_tree(m: torch.nn.Module, enc: Any, seen: dict[int, int]) -> dict[str, Any]:
