@@ -72,8 +72,9 @@ _DEFAULT_GETSTATE = getattr(object, "__getstate__", None)
 
 # What a tensor's stored form depends on, read in C-level passes (see _finish).
 _TENSOR_META = operator.attrgetter("_version", "shape", "dtype", "requires_grad")
-_DATA_PTR = operator.methodcaller("data_ptr")
-_STRIDE = operator.methodcaller("stride")
+# Unbound methods: no attribute lookup or bound-method object per tensor.
+_DATA_PTR = torch._C.TensorBase.data_ptr
+_STRIDE = torch._C.TensorBase.stride
 _TENSOR_DICT = operator.attrgetter("__dict__")
 
 
