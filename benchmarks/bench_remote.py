@@ -3,9 +3,10 @@
 1. **New data.** A memoised function returns ``--tensors`` tensors totalling
    ``--total-mib`` (default 64 x 16 MiB = 1 GiB), stored in a fresh store. Then:
 
-   - ``memostore push`` to a directory remote (durable, ``fsync=True``, the
-     default; and ``fsync=False``) vs ``cp -r`` of the store's ``objects/``
-     (and ``cp -r && sync``, the durable equivalent);
+   - ``memostore push`` to a directory remote on the store's file system (the
+     default: object files hard-linked; and with copies, ``hardlinks=False``,
+     durable with ``fsync=True`` or not with ``fsync=False``) vs ``cp -r`` of
+     the store's ``objects/`` (and ``cp -r && sync``, the durable equivalent);
    - ``push`` to a ``moto_server`` on 127.0.0.1 vs plain boto3
      ``upload_file`` (multipart, same TransferConfig) of the same object files,
      one after the other, and from the same number of threads as the push.
@@ -139,8 +140,8 @@ def bench_directory(store: Store, work: Path, runs: int) -> None:
         cp()
         subprocess.run(["sync"], check=True)
 
-    def push_dir(fsync: bool) -> Callable[[], None]:
-        return lambda: push(store, DirectoryTransport(dest, fsync=fsync), jobs=JOBS)
+    def push_dir(**options: bool) -> Callable[[], None]:
+        return lambda: push(store, DirectoryTransport(dest, **options), jobs=JOBS)
 
     print(f"push to a directory remote: {len(files)} objects, {total / MiB:.0f} MiB")
     t = compare(
@@ -148,8 +149,11 @@ def bench_directory(store: Store, work: Path, runs: int) -> None:
         {
             "cp -r objects/ (page cache, not durable)": cp,
             "cp -r objects/ && sync (durable)": cp_sync,
-            f"memostore push, fsync=False, {JOBS} jobs": push_dir(False),
-            f"memostore push, fsync=True (default), {JOBS} jobs": push_dir(True),
+            f"memostore push, hard links (default), {JOBS} jobs": push_dir(),
+            f"memostore push, copies, fsync=False, {JOBS} jobs": push_dir(
+                hardlinks=False, fsync=False
+            ),
+            f"memostore push, copies, fsync=True, {JOBS} jobs": push_dir(hardlinks=False),
         },
         runs,
     )

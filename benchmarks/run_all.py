@@ -220,14 +220,18 @@ def parse_remote(output: str) -> list[dict[str, Any]]:
     sections = remote_sections(output)
     found: list[dict[str, Any]] = []
     header, lines = _section(sections, "push to a directory remote")
-    push = _pick(lines, "memostore push", "fsync=True")
     what = f"Push to a directory remote ({header.partition(':')[2].strip()})"
-    found.append(_ratio("remote.push_dir", what, push, _pick(lines, "cp -r", "not durable"), 1.3))
-    found.append(_ratio("remote.push_dir_durable", f"{what}, against a durable copy", push,
-                        _pick(lines, "cp -r", "&& sync"), None))  # fmt: skip
-    found.append(_ratio("remote.push_dir_nofsync", f"{what}, fsync=False", _pick(lines,
-                        "memostore push", "fsync=False"), _pick(lines, "cp -r", "not durable"),
-                        None))  # fmt: skip
+    cp = _pick(lines, "cp -r", "not durable")
+    cp_sync = _pick(lines, "cp -r", "&& sync")
+    copies = _pick(lines, "memostore push", "copies", "fsync=True")
+    found.append(_ratio("remote.push_dir", f"{what}, same file system (hard links)",
+                        _pick(lines, "memostore push", "hard links"), cp, 1.3))  # fmt: skip
+    found.append(_ratio("remote.push_dir_copies", f"{what}, copying (another file system, "
+                        "or --no-hardlinks), durable", copies, cp, None))  # fmt: skip
+    found.append(_ratio("remote.push_dir_durable", f"{what}, copying, against a durable copy",
+                        copies, cp_sync, None))  # fmt: skip
+    found.append(_ratio("remote.push_dir_nofsync", f"{what}, copying, fsync=False", _pick(lines,
+                        "memostore push", "copies", "fsync=False"), cp, None))  # fmt: skip
     header, lines = _section(sections, "push to S3")
     what = f"Push to S3 on loopback ({header.partition(':')[2].strip()})"
     uploads = [item for item in lines.items() if item[0].startswith("boto3")]

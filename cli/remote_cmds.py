@@ -224,8 +224,17 @@ def remote_group() -> None:
     show_default=True,
     help="Look up local misses of memoised calls on this remote.",
 )
+@click.option(
+    "--hardlinks/--no-hardlinks",
+    default=True,
+    show_default=True,
+    help="Directory remotes on the store's file system: push by hard-linking object files "
+    "(they never change) instead of copying them.",
+)
 @click.option("--replace", is_flag=True, help="Overwrite a remote of the same name.")
-def remote_add(name: str, url: str, endpoint: str | None, auto_fetch: bool, replace: bool) -> None:
+def remote_add(
+    name: str, url: str, endpoint: str | None, auto_fetch: bool, hardlinks: bool, replace: bool
+) -> None:
     """Add a remote: a directory (/shared/ms, file:///...) or s3://bucket/prefix.
 
     Credentials are never stored: S3 uses the standard AWS chain
@@ -234,7 +243,7 @@ def remote_add(name: str, url: str, endpoint: str | None, auto_fetch: bool, repl
     with _user_errors():
         remote = add_remote(
             _store(create=True), name, url, endpoint=endpoint, auto_fetch=auto_fetch,
-            replace=replace,
+            hardlinks=hardlinks, replace=replace,
         )  # fmt: skip
     extra = " (auto-fetch on)" if remote.auto_fetch else ""
     click.echo(f"added remote {remote.name}: {remote.url}{extra}")
@@ -253,6 +262,8 @@ def remote_list(as_json: bool) -> None:
         details = [f"endpoint {r.endpoint}"] if r.endpoint else []
         if r.auto_fetch:
             details.append("auto-fetch")
+        if not r.hardlinks:
+            details.append("no hard links")
         suffix = f"  ({', '.join(details)})" if details else ""
         click.echo(f"{r.name}\t{r.url}{suffix}")
 

@@ -384,6 +384,12 @@ def gc(
         )
         report.tmp_removed += leftovers
         report.tmp_bytes += leftover_bytes
+        # Half-written pending markers of killed writers (hidden temp files).
+        pending = store.root / "pending"
+        hidden = [name for name in _names(pending) if name.startswith(".")]
+        leftovers, leftover_bytes = _remove_old_files(pending, now - grace_s, dry_run, hidden)
+        report.tmp_removed += leftovers
+        report.tmp_bytes += leftover_bytes
         if not dry_run and report.deleted:
             entries = index.load(store)
             with contextlib.suppress(OSError):
@@ -404,6 +410,13 @@ def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> 
             n, s = _remove_old_files(Path(dirpath), older_than, dry_run, leftovers)
             count, size = count + n, size + s
     return count, size
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
 
 
 def _remove_old_files(

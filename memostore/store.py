@@ -144,7 +144,16 @@ class Store:
             return
         path = self.subdir("pending") / f"{run_id}.json"
         info = {"pid": os.getpid(), "host": HOST, "started": time.time(), "roots": roots}
-        path.write_text(json.dumps(info))
+        # Written whole or not at all: a writer killed mid-write leaves a hidden
+        # temp file (removed by gc), never a marker that cannot be read.
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(info))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # e.g. a full disk: leave nothing behind
+            raise
 
     def clear_pending(self, run_id: str) -> None:
         if self.root is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -171,6 +172,30 @@ def test_remote_add_list_remove(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert [r.name for r in list_remotes(Store(store))] == ["origin"]
     missing = cli(store, "remote", "remove", "lab")
     assert missing.exit_code == 1 and "remote add" in missing.output
+
+
+def test_push_hard_links_objects_unless_told_not_to(project: Project, tmp_path: Path) -> None:
+    project.run("A", "1")
+    store = project.store("A")
+    assert cli(store, "remote", "add", "linked", str(tmp_path / "linked")).exit_code == 0
+    added = cli(store, "remote", "add", "copied", str(tmp_path / "copied"), "--no-hardlinks")
+    assert added.exit_code == 0, added.output
+    assert "no hard links" in cli(store, "remote", "list").output
+    assert cli(store, "push", "linked").exit_code == 0
+    assert cli(store, "push", "copied").exit_code == 0
+    blobs = [  # documents are sent as bytes; blobs as the store's files
+        p
+        for p in (store / "objects").rglob("*")
+        if p.is_file() and not p.read_bytes().startswith(b"memostore:")
+    ]
+    assert blobs
+    for remote, shared in (("linked", True), ("copied", False)):
+        remote_is_sound(tmp_path / remote)
+        for local in blobs:
+            there = tmp_path / remote / local.relative_to(store)
+            assert os.path.samefile(local, there) is shared, remote
+    bad = cli(store, "remote", "add", "s3", "s3://bucket/p", "--no-hardlinks")
+    assert bad.exit_code == 1 and "directory remotes only" in bad.output
 
 
 def test_push_without_remote_names_the_fix(tmp_path: Path) -> None:

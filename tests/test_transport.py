@@ -8,8 +8,10 @@ S3 on a local ``moto_server``) must pass it unchanged. The ``s3_server`` and
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -567,3 +569,34 @@ def test_s3_without_conditional_writes(s3_bucket: str) -> None:
     assert t.set_if_equals("refs/r", b"b", b"c") is False
     assert t.set_if_equals("refs/r", b"a", b"c") is True
     assert t.get_bytes("refs/r") == b"c"
+
+
+def test_directory_links_immutable_files_on_the_same_file_system(tmp_path: Path) -> None:
+    src = tmp_path / "object"
+    src.write_bytes(b"content")
+    linking = DirectoryTransport(tmp_path / "linked")
+    assert linking.add_if_new("objects/ab/cd", src, link=True) is True
+    assert os.path.samefile(src, tmp_path / "linked" / "objects" / "ab" / "cd")
+    assert linking.add_if_new("objects/ab/cd", src, link=True) is False
+    # Without link=True (a file that may change), or with hardlinks off: a copy.
+    assert linking.add_if_new("objects/ab/ef", src) is True
+    copying = DirectoryTransport(tmp_path / "copied", hardlinks=False)
+    assert copying.add_if_new("objects/ab/cd", src, link=True) is True
+    for copy in (tmp_path / "linked/objects/ab/ef", tmp_path / "copied/objects/ab/cd"):
+        assert not os.path.samefile(src, copy) and copy.read_bytes() == b"content"
+
+
+def test_directory_copies_where_it_cannot_link(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs a second file system (/dev/shm) to link across")
+    src = tmp_path / "object"
+    src.write_bytes(b"x" * 100_000)
+    root = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        t = DirectoryTransport(root)
+        assert t.add_if_new("objects/ab/cd", src, link=True) is True  # EXDEV: copied
+        copy = root / "objects" / "ab" / "cd"
+        assert copy.read_bytes() == src.read_bytes() and not os.path.samefile(src, copy)
+    finally:
+        shutil.rmtree(root)

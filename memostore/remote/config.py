@@ -46,17 +46,22 @@ class RemoteConfig:
         url: a directory path, ``file://`` URL or ``s3://bucket/prefix``.
         endpoint: the S3 endpoint URL, when not from ``AWS_ENDPOINT_URL``.
         auto_fetch: whether a memoised call that misses locally looks here.
+        hardlinks: for a directory on the store's file system, whether a push
+            hard-links object files instead of copying them.
     """
 
     name: str
     url: str
     endpoint: str | None = None
     auto_fetch: bool = False
+    hardlinks: bool = True
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"url": self.url, "auto_fetch": self.auto_fetch}
         if self.endpoint:
             data["endpoint"] = self.endpoint
+        if not self.hardlinks:
+            data["hardlinks"] = False
         return data
 
     @classmethod
@@ -72,6 +77,7 @@ class RemoteConfig:
             url=data["url"],
             endpoint=endpoint if isinstance(endpoint, str) and endpoint else None,
             auto_fetch=bool(data.get("auto_fetch", False)),
+            hardlinks=data.get("hardlinks", True) is not False,
         )
 
     @property
@@ -165,6 +171,7 @@ def add_remote(
     *,
     endpoint: str | None = None,
     auto_fetch: bool = False,
+    hardlinks: bool = True,
     replace: bool = False,
 ) -> RemoteConfig:
     """Configure a remote (no network access).
@@ -175,16 +182,24 @@ def add_remote(
         url: directory path, ``file:///path`` or ``s3://bucket/prefix``.
         endpoint: S3 endpoint, for services other than AWS.
         auto_fetch: look up local misses on this remote.
+        hardlinks: let a push hard-link object files into a directory remote on
+            the store's file system (False: always copy them).
         replace: overwrite a remote of the same name.
 
     Raises:
         MemostoreError: bad name or URL, or the name is taken (without *replace*).
     """
     remote = RemoteConfig(
-        check_remote_name(name), normalise_url(url), normalise_endpoint(endpoint), auto_fetch
+        check_remote_name(name),
+        normalise_url(url),
+        normalise_endpoint(endpoint),
+        auto_fetch,
+        hardlinks,
     )
     if remote.endpoint and not remote.url.startswith("s3://"):
         raise MemostoreError(f"--endpoint applies to s3:// remotes only, not {remote.url}")
+    if not remote.hardlinks and not remote.is_directory:
+        raise MemostoreError(f"--no-hardlinks applies to directory remotes only, not {remote.url}")
     from ..transport import RemoteError
 
     try:
@@ -266,7 +281,7 @@ def _options(remote: RemoteConfig, purpose: str) -> dict[str, Any]:
     if remote.is_directory:
         # Only a push may create the directory: a pull or a lookup from a path
         # that is gone (an unmounted share) must say so, not see an empty remote.
-        return {"create": purpose == "push"}
+        return {"create": purpose == "push", "hardlinks": remote.hardlinks}
     return {}
 
 

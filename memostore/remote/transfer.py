@@ -183,7 +183,8 @@ def upload(
         return transport.add_if_new(name, doc.data)
     path = objects.blob_path(object_id)
     if path is not None:
-        return transport.add_if_new(name, path)
+        # Store files are written once and never changed: safe to hard-link.
+        return transport.add_if_new(name, path, link=True)
     return transport.add_if_new(name, objects.get_bytes(object_id))
 
 

@@ -170,13 +170,17 @@ class Transport(ABC):
         """
 
     @abstractmethod
-    def add_if_new(self, name: str, data: bytes | Path) -> bool:
+    def add_if_new(self, name: str, data: bytes | Path, *, link: bool = False) -> bool:
         """Create *name* with *data* (bytes, or a local file to stream) if absent.
 
         For immutable, content-addressed objects. Returns True if this call
         created the file, False if it existed already (its content is then left
         untouched, and the upload is skipped when that can be known in advance).
         Readers never see a partial file.
+
+        *link* says that the local file *data* never changes (an object of a
+        store): a transport may then share it instead of copying it (a directory
+        on the same file system hard-links it). Others ignore it.
         """
 
     @abstractmethod

@@ -8,7 +8,9 @@ the common cluster file systems keep:
   new file whole;
 - ``add_if_new`` hard-links the finished temporary file to the target name;
   ``link`` fails if the name exists, which makes create-if-absent atomic even
-  where ``O_EXCL`` on the final name would expose a partly written file;
+  where ``O_EXCL`` on the final name would expose a partly written file. A
+  store's own object files, which never change, are hard-linked directly when
+  the remote is on the same file system (no bytes copied);
 - ``set_if_equals`` holds ``NAME.lock`` (see :mod:`memostore.lockfile`) while
   it reads, compares and replaces (temporary file + rename, as above).
 
@@ -64,6 +66,10 @@ class DirectoryTransport(Transport):
             network share) instead of silently starting a new remote.
         fsync: fsync each file (and its directory) before it becomes visible.
             Turn off only for throwaway remotes.
+        hardlinks: hard-link the immutable files of a local store when the
+            remote is on the same file system (as ``git clone`` does for a
+            local repository), instead of copying their bytes. The remote
+            and the store then share those files' disk space.
         lock_timeout: seconds ``set_if_equals`` waits for a held lock.
         lock_stale_after: age in seconds after which a lock left by a process on
             another host is broken (on this host, as soon as its pid is gone).
@@ -75,6 +81,7 @@ class DirectoryTransport(Transport):
         *,
         create: bool = True,
         fsync: bool = True,
+        hardlinks: bool = True,
         lock_timeout: float = 30.0,
         lock_stale_after: float = 60.0,
     ) -> None:
@@ -82,6 +89,7 @@ class DirectoryTransport(Transport):
         self.url = self.root.as_uri()
         self.create = create
         self.fsync = fsync
+        self.hardlinks = hardlinks
         self.lock_timeout = lock_timeout
         self.lock_stale_after = lock_stale_after
 
@@ -183,13 +191,17 @@ class DirectoryTransport(Transport):
             self._make_parent(target)
             self._replace_with(target, src)
 
-    def add_if_new(self, name: str, data: bytes | Path) -> bool:
+    def add_if_new(self, name: str, data: bytes | Path, *, link: bool = False) -> bool:
         target = self._path(name)
         data = as_bytes_or_path(data)
         with self._os_errors("adding", name):
             if os.path.lexists(target):
                 return False  # skip the copy; link() below settles races
             self._make_parent(target)
+            if link and self.hardlinks and isinstance(data, Path):
+                linked = self._link_immutable(data, target)
+                if linked is not None:
+                    return linked
             tmp = self._write_temp(target, data)
             try:
                 try:
@@ -210,6 +222,26 @@ class DirectoryTransport(Transport):
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+
+    def _link_immutable(self, src: Path, target: Path) -> bool | None:
+        """Hard-link *src*, a file that never changes, as *target*.
+
+        True if linked, False if *target* exists already, None where this file
+        system cannot link *src* there (another device, no hard links, not the
+        owner under ``fs.protected_hardlinks``): the caller copies instead. The
+        file's bytes are as durable as the store made them; the new name is
+        made durable with its directory.
+        """
+        try:
+            os.link(src, target)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.EXDEV or exc.errno in _NO_LINK_ERRNOS:
+                return None
+            raise
+        self._sync_dir(target.parent)
+        return True
 
     def get_bytes(self, name: str) -> bytes:
         path = self._path(name)

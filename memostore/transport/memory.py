@@ -55,7 +55,7 @@ class MemoryTransport(Transport):
         with self._lock:
             self._files[name] = data
 
-    def add_if_new(self, name: str, data: bytes | Path) -> bool:
+    def add_if_new(self, name: str, data: bytes | Path, *, link: bool = False) -> bool:
         validate_name(name)
         data = as_bytes_or_path(data)
         with self._lock:

@@ -264,7 +264,7 @@ class S3Transport(Transport):
         with self._errors("uploading", name):
             self._client.upload_file(os.fspath(src), self.bucket, key, Config=self.transfer_config)
 
-    def add_if_new(self, name: str, data: bytes | Path) -> bool:
+    def add_if_new(self, name: str, data: bytes | Path, *, link: bool = False) -> bool:
         key = self._key(name)
         data = as_bytes_or_path(data)
         with self._errors("adding", name):
