@@ -18,6 +18,7 @@ such a write.
 from __future__ import annotations
 
 import threading
+import types
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
@@ -137,5 +138,31 @@ lineage_cache = LineageCache()
 
 
 def forget(obj: Any) -> None:
-    """Drop any cached digest of *obj* (after a write the cache cannot see)."""
-    digest_cache.forget(obj)
+    """Drop the cached digests of *obj* and of everything inside it.
+
+    For use after a write the cache cannot see (through ``tensor.data``, a
+    numpy view). A model's or dataset's tensors have cached digests of their
+    own, reused when the model is hashed again, so they are forgotten too: the
+    walk follows containers and instance ``__dict__``s (which hold a module's
+    parameters, buffers and submodules), never classes, functions or modules.
+    """
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, _OPAQUE):
+            continue
+        seen.add(id(item))
+        digest_cache.forget(item)
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            state = getattr(item, "__dict__", None)
+            if isinstance(state, dict):
+                stack.extend(state.values())
+
+
+# Never walked into by forget(): shared program state, not part of a value.
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)

@@ -178,3 +178,57 @@ def test_a_big_model_is_guarded() -> None:
     with torch.no_grad():
         model[299].bias.add_(1)
     assert not guard.holds(model)
+
+
+def _random_change(model: torch.nn.Module, rng: Any) -> tuple[str, Callable[[], Any]]:
+    """One random change (or none) to a part of *model*: its name and a thunk."""
+    m = rng.choice(list(model.modules()))
+    tensors = [t for t in (*m._parameters.values(), *m._buffers.values()) if t is not None]
+    choices: list[tuple[str, Callable[[], Any]]] = [
+        ("nothing", lambda: None),
+        ("train/eval", lambda: m.train(rng.random() < 0.5)),
+        ("set note", lambda: setattr(m, "note", rng.choice([1, 1.0, True, "1", None, (1,), [1]]))),
+        ("drop note", lambda: m.__dict__.pop("note", None)),
+        ("new buffer", lambda: m.register_buffer(f"b{rng.randrange(3)}", torch.zeros(2))),
+        ("forward", lambda: model(torch.randn(2, 3, 5, 5))),
+    ]
+    if tensors:
+        t = rng.choice(tensors)
+        choices += [
+            (".data write", lambda: t.data.add_(1)),  # invisible: forget_digest below
+            ("in place", lambda: torch.no_grad()(t.add_)(1)),
+        ]
+    params = [p for p in m._parameters.values() if p is not None]
+    if params:
+        p = rng.choice(params)
+        choices.append(("requires_grad", lambda: p.requires_grad_(not p.requires_grad)))
+    return rng.choice(choices)
+
+
+def test_random_changes_never_leave_a_stale_digest() -> None:
+    import random
+
+    from memostore import forget_digest
+
+    rng = random.Random(7)
+    model = conv_model()
+    done: list[str] = []
+    for _ in range(200):
+        name, change = _random_change(model, rng)
+        change()
+        done.append(name)
+        if name == ".data write":
+            forget_digest(model)  # the documented rule for writes through .data
+        assert cached(model) == fresh(model), f"stale after: {done[-5:]}"
+
+
+def test_forget_digest_of_a_model_forgets_its_tensors() -> None:
+    from memostore import forget_digest
+
+    model = deep_model()
+    before = cached(model)
+    cached(model)
+    _leaf(model).weight.data.add_(1)  # through .data: no version bump
+    assert cached(model) == before  # invisible, as documented
+    forget_digest(model)
+    assert cached(model) == fresh(model) != before
