@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_torch_fingerprints import MUTATIONS, _leaf, deep_model  # noqa: E402
+from test_torch_fingerprints import MUTATIONS, _add_one, _leaf, deep_model  # noqa: E402
 
 from memostore.encoding import Encoder, HashSink  # noqa: E402
 from torch_codecs.module_guards import TreeGuard  # noqa: E402
@@ -232,3 +232,44 @@ def test_forget_digest_of_a_model_forgets_its_tensors() -> None:
     assert cached(model) == before  # invisible, as documented
     forget_digest(model)
     assert cached(model) == fresh(model) != before
+
+
+def transformer() -> torch.nn.Module:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
+def _swap_defaults(m: torch.nn.Module) -> None:
+    def relu(x: Any, inplace: bool = False) -> Any:
+        return torch.relu(x)
+
+    m.layers[0].activation = relu
+    guard = TreeGuard.build(m)
+    assert guard is not None
+    relu.__defaults__ = (True,)
+    assert not guard.holds(m)
+
+
+TRANSFORMER_MUTATIONS: dict[str, Callable[[torch.nn.Module], Any]] = {
+    "activation replaced": lambda m: setattr(m.layers[1], "activation", torch.nn.functional.gelu),
+    "activation replaced by a builtin": lambda m: setattr(m.layers[1], "activation", torch.tanh),
+    "attention weight updated": lambda m: _add_one(m.layers[0].self_attn.in_proj_weight),
+    "norm_first flipped": lambda m: setattr(m.layers[0], "norm_first", True),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMER_MUTATIONS))
+def test_transformer_is_guarded_and_each_change_is_seen(name: str) -> None:
+    model = transformer()
+    guard = TreeGuard.build(model)
+    assert guard is not None and guard.holds(model)
+    first = cached(model)
+    cached(model)
+    TRANSFORMER_MUTATIONS[name](model)
+    assert not guard.holds(model)
+    assert cached(model) == fresh(model) != first
+
+
+def test_a_function_attribute_is_watched_for_new_defaults() -> None:
+    _swap_defaults(transformer())

@@ -13,9 +13,10 @@ What a guard checks, which is what a module tree's stored form depends on:
 
 * the same module objects, in the same breadth-first order, of the same classes;
 * every module's ``__dict__``: the same keys in the same order, values of the
-  same types, equal atoms (``None``, numbers, strings, dtypes, ...), tuples and
-  lists of atoms equal item by item (with the same item types), sets of
-  strings equal, and every other dict (the hook dicts) still empty;
+  same types, equal atoms (``None``, numbers, strings, dtypes, ...), the same
+  functions (without closures: a layer's activation), tuples and lists of
+  atoms equal item by item (with the same item types), sets of strings equal,
+  and every other dict (the hook dicts) still empty;
 * every module's ``_parameters``, ``_buffers`` and ``_modules``: the same
   names, in order, bound to the same objects;
 * every tensor: its version counter, data pointer, shape, stride, dtype and
@@ -42,6 +43,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import attrgetter, itemgetter
+from types import BuiltinFunctionType, FunctionType
 from typing import Any
 
 import torch
@@ -175,7 +177,11 @@ class TreeGuard:
         own: list[int] = []
         sized: list[int] = []
         for pos, (name, value, kind) in enumerate(zip(keys, flat, kinds, strict=True)):
-            if kind in ATOMS:
+            if kind in ATOMS or kind is BuiltinFunctionType:
+                atoms.append(pos)
+            elif kind is FunctionType and value.__closure__ is None:
+                # e.g. a transformer layer's activation: compared by identity (==),
+                # and its code, defaults and globals by the referents check below.
                 atoms.append(pos)
             elif name in _OWN_NAMES and kind in _DICTS:
                 own.append(pos)
