@@ -18,18 +18,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_torch_fingerprints import MUTATIONS, _add_one, _leaf, deep_model  # noqa: E402
+from test_torch_fingerprints import MUTATIONS, _add_one, _leaf, cached, deep_model, fresh  # noqa: E402
 
-from memostore.encoding import Encoder, HashSink  # noqa: E402
 from torch_codecs.module_guards import TreeGuard  # noqa: E402
-
-
-def cached(value: Any) -> str:
-    return Encoder(HashSink()).encode_value(value)
-
-
-def fresh(value: Any) -> str:
-    return Encoder(HashSink(), cache=None).encode_value(value)
 
 
 def conv_model() -> torch.nn.Module:
@@ -81,36 +72,66 @@ CONV_MUTATIONS: dict[str, Callable[[torch.nn.Module], Any]] = {
 }
 
 
-@pytest.mark.parametrize("name", list(GUARD_MUTATIONS))
-def test_guard_fails_after_each_change_of_the_stored_form(name: str) -> None:
-    model = deep_model()
+def transformer() -> torch.nn.Module:
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
+def _swap_defaults(m: torch.nn.Module) -> None:
+    def relu(x: Any, inplace: bool = False) -> Any:
+        return torch.relu(x)
+
+    m.layers[0].activation = relu
+    guard = TreeGuard.build(m)
+    assert guard is not None
+    relu.__defaults__ = (True,)
+    assert not guard.holds(m)
+
+
+TRANSFORMER_MUTATIONS: dict[str, Callable[[torch.nn.Module], Any]] = {
+    "activation replaced": lambda m: setattr(m.layers[1], "activation", torch.nn.functional.gelu),
+    "activation replaced by a builtin": lambda m: setattr(m.layers[1], "activation", torch.tanh),
+    "attention weight updated": lambda m: _add_one(m.layers[0].self_attn.in_proj_weight),
+    "norm_first flipped": lambda m: setattr(m.layers[0], "norm_first", True),
+}
+
+
+def _cases() -> list[Any]:
+    tables = (
+        (deep_model, GUARD_MUTATIONS),
+        (conv_model, CONV_MUTATIONS),
+        (transformer, TRANSFORMER_MUTATIONS),
+    )
+    return [
+        pytest.param(make, change, id=f"{make.__name__}: {name}")
+        for make, table in tables
+        for name, change in table.items()
+    ]
+
+
+@pytest.mark.parametrize(("make", "change"), _cases())
+def test_guard_fails_after_each_change_of_the_stored_form(
+    make: Callable[[], torch.nn.Module], change: Callable[[torch.nn.Module], Any]
+) -> None:
+    model = make()
     guard = TreeGuard.build(model)
     assert guard is not None and guard.holds(model)
     before = fresh(model)
-    GUARD_MUTATIONS[name](model)
-    if fresh(model) != before:
-        assert not guard.holds(model), f"guard holds after: {name}"
+    change(model)
+    assert fresh(model) != before, "the change alters the stored form"
+    assert not guard.holds(model)
 
 
-@pytest.mark.parametrize("name", list(CONV_MUTATIONS))
-def test_guard_of_a_conv_model_fails_after_each_change(name: str) -> None:
-    model = conv_model()
-    guard = TreeGuard.build(model)
-    assert guard is not None and guard.holds(model)
-    before = fresh(model)
-    CONV_MUTATIONS[name](model)
-    assert fresh(model) != before, f"{name} changes the stored form"
-    assert not guard.holds(model), f"guard holds after: {name}"
-
-
-@pytest.mark.parametrize("name", list(GUARD_MUTATIONS) + list(CONV_MUTATIONS))
-def test_cached_digest_follows_every_change(name: str) -> None:
-    mutations = {**GUARD_MUTATIONS, **CONV_MUTATIONS}
-    model = conv_model() if name in CONV_MUTATIONS else deep_model()
+@pytest.mark.parametrize(("make", "change"), _cases())
+def test_cached_digest_follows_every_change(
+    make: Callable[[], torch.nn.Module], change: Callable[[torch.nn.Module], Any]
+) -> None:
+    model = make()
     first = cached(model)
     assert cached(model) == cached(model) == first  # the second call built the guard
-    mutations[name](model)
-    assert cached(model) == fresh(model)
+    change(model)
+    assert cached(model) == fresh(model) != first
 
 
 def test_equal_values_set_again_keep_the_digest() -> None:
@@ -232,43 +253,6 @@ def test_forget_digest_of_a_model_forgets_its_tensors() -> None:
     assert cached(model) == before  # invisible, as documented
     forget_digest(model)
     assert cached(model) == fresh(model) != before
-
-
-def transformer() -> torch.nn.Module:
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
-    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-
-
-def _swap_defaults(m: torch.nn.Module) -> None:
-    def relu(x: Any, inplace: bool = False) -> Any:
-        return torch.relu(x)
-
-    m.layers[0].activation = relu
-    guard = TreeGuard.build(m)
-    assert guard is not None
-    relu.__defaults__ = (True,)
-    assert not guard.holds(m)
-
-
-TRANSFORMER_MUTATIONS: dict[str, Callable[[torch.nn.Module], Any]] = {
-    "activation replaced": lambda m: setattr(m.layers[1], "activation", torch.nn.functional.gelu),
-    "activation replaced by a builtin": lambda m: setattr(m.layers[1], "activation", torch.tanh),
-    "attention weight updated": lambda m: _add_one(m.layers[0].self_attn.in_proj_weight),
-    "norm_first flipped": lambda m: setattr(m.layers[0], "norm_first", True),
-}
-
-
-@pytest.mark.parametrize("name", list(TRANSFORMER_MUTATIONS))
-def test_transformer_is_guarded_and_each_change_is_seen(name: str) -> None:
-    model = transformer()
-    guard = TreeGuard.build(model)
-    assert guard is not None and guard.holds(model)
-    first = cached(model)
-    cached(model)
-    TRANSFORMER_MUTATIONS[name](model)
-    assert not guard.holds(model)
-    assert cached(model) == fresh(model) != first
 
 
 def test_a_function_attribute_is_watched_for_new_defaults() -> None:
