@@ -348,7 +348,7 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024, help="state_dict size")
     parser.add_argument("--digest-mib", type=int, default=1024, help="tensor of the first digest")
     parser.add_argument("--dataset-mb", type=int, default=400, help="dataset of train(...) keys")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-store", action="store_true", help="no store/restore timing")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-torch-", dir=os.environ.get("BENCH_DIR")))
