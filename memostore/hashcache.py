@@ -25,12 +25,26 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     ref: Any  # weakref.ref or the object itself
     fingerprint: Hashable
     digest: str
     strong: bool
+
+
+class _KeyedRef(weakref.ref):
+    """A weak reference that carries its object's cache key (for the death callback)."""
+
+    __slots__ = ("key",)
+
+    def __new__(cls, obj: Any, callback: Callable[[Any], None], key: int) -> _KeyedRef:
+        self = super().__new__(cls, obj, callback)
+        self.key = key
+        return self
+
+    def __init__(self, obj: Any, callback: Callable[[Any], None], key: int) -> None:
+        super().__init__(obj, callback)
 
 
 class HashCache:
@@ -41,6 +55,7 @@ class HashCache:
         self._lock = threading.Lock()
         self._strong_order: list[int] = []
         self._max_strong = max_strong
+        self._on_death = self._drop_keyed
 
     def get(self, obj: Any, fingerprint: Hashable) -> str | None:
         entry = self._entries.get(id(obj))
@@ -64,7 +79,9 @@ class HashCache:
     def put(self, obj: Any, fingerprint: Hashable, digest: str) -> None:
         key = id(obj)
         try:
-            ref = weakref.ref(obj, lambda _r, key=key: self._drop(key, _r))
+            # Runs once per restored tensor: one weakref that carries its key, and
+            # one bound callback for all of them (no closure per entry).
+            ref = _KeyedRef(obj, self._on_death, key)
             strong = False
         except TypeError:
             ref, strong = obj, True
@@ -82,11 +99,11 @@ class HashCache:
         with self._lock:
             self._entries.pop(id(obj), None)
 
-    def _drop(self, key: int, ref: weakref.ref) -> None:
+    def _drop_keyed(self, ref: _KeyedRef) -> None:
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(ref.key)
             if entry is not None and entry.ref is ref:
-                del self._entries[key]
+                del self._entries[ref.key]
 
     def clear(self) -> None:
         with self._lock:

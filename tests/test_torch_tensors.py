@@ -276,3 +276,20 @@ def test_dtypes_devices_and_formats_are_values(store: Store) -> None:
     restored, _ = roundtrip((*values, torch.channels_last), store)
     assert restored[:4] == values and restored[4] is torch.channels_last
     assert digest(torch.float16) != digest(torch.bfloat16)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_mapped_tensors_hold_no_file_descriptors(tmp_path: Path) -> None:
+    # A restored model of thousands of tensors must not run out of descriptors
+    # (a common limit is 1024): mappings are made and their files closed.
+    store = Store(tmp_path / "store")
+    value = [torch.full((MMAP_MIN_BYTES // 4,), float(i)) for i in range(40)]
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    before = len(os.listdir("/proc/self/fd"))
+    restored = Decoder(store.objects).decode_value(doc_id)
+    assert len(os.listdir("/proc/self/fd")) < before + 5
+    checks.wait_for_checks()
+    assert all(torch.equal(a, b) for a, b in zip(restored, value, strict=True))
+    restored[0][0] = -1.0  # copy-on-write: the store keeps its bytes
+    again = Decoder(store.objects).decode_value(doc_id)
+    assert again[0][0].item() == 0.0

@@ -124,19 +124,59 @@ def read_tensor(
     touches the store) and checked as ``checks.py`` says; a small one is read
     into a fresh buffer and checked at once. This runs once per restored tensor,
     so the common case is kept to a few calls: the expected header comes from a
-    cache, and one byte comparison checks it.
+    cache, and the file's size confirms it.
     """
     size = tuple(shape)
     expected, nbytes = _expected(dtype, size)
-    buf, pending = _open_blob(dec, blob_id)
+    start = len(expected)
+    path = dec.blob_file(blob_id)
+    if path is not None and nbytes:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None  # removed since: let the store report it below
+        if st is not None and st.st_size >= MMAP_MIN_BYTES:
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            pending = None
+            if not is_verified(blob_id, stamp):
+                pending = check_mapped(dec.objects, blob_id, path, stamp, _batch(dec))
+            if st.st_size == start + nbytes and start % dtype.itemsize == 0:
+                return _map_data(path, st.st_size, start, dtype, size), pending
+            # A header of another size (a blob written elsewhere): map and parse it.
+            with open(path, "rb") as f:
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            return _from_buffer(buf, blob_id, dtype, shape), pending
+    return _from_buffer(dec.objects.get_bytearray(blob_id), blob_id, dtype, shape), None
+
+
+def _map_data(
+    path: str, file_size: int, start: int, dtype: torch.dtype, size: tuple[int, ...]
+) -> torch.Tensor:
+    """The tensor at byte *start* of the file, mapped copy-on-write.
+
+    torch maps the file and closes it at once: a mapping made by Python's
+    ``mmap`` keeps a file descriptor open for as long as it lives, and a
+    restored model of thousands of tensors would run out of them. The data is
+    not read here (reading the header would fault in a page per tensor): it
+    starts after a header of exactly the expected size, as the file's size
+    says, and the check of the blob's id (``checks.py``) covers the header too.
+    """
+    storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=file_size)
+    return torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, size)
+
+
+def _from_buffer(buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    """The tensor in a blob's bytes (in memory, or mapped), its header checked."""
+    size = tuple(shape)
+    expected, nbytes = _expected(dtype, size)
     start = len(expected)
     if len(buf) != start + nbytes or buf[:start] != expected:
         start, nbytes = _parse_header(buf, blob_id, dtype, shape)
     if nbytes == 0:
-        return torch.empty(size, dtype=dtype), pending
+        return torch.empty(size, dtype=dtype)
     # Blob data starts at a multiple of 8 (see header_bytes): aligned for every dtype.
     flat = torch.frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
-    return (flat if len(size) == 1 else flat.view(size)), pending
+    return flat if len(size) == 1 else flat.view(size)
 
 
 class _Batch:
@@ -167,27 +207,6 @@ def _batch(dec: Any) -> list[PendingCheck] | None:
         # queue their checks: when the decoder and its session are gone.
         weakref.finalize(batch, submit_checks, batch.jobs)
     return batch.jobs
-
-
-def _open_blob(dec: Any, blob_id: str) -> tuple[Any, PendingCheck | None]:
-    path = dec.blob_file(blob_id)
-    if path is not None:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            fd = -1  # removed since: let the store report it below
-        if fd >= 0:
-            try:
-                st = os.fstat(fd)
-                if st.st_size >= MMAP_MIN_BYTES:
-                    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-                    pending = None
-                    if not is_verified(blob_id, stamp):
-                        pending = check_mapped(dec.objects, blob_id, path, stamp, _batch(dec))
-                    return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY), pending
-            finally:
-                os.close(fd)  # the mapping stays valid without the descriptor
-    return dec.objects.get_bytearray(blob_id), None
 
 
 def _parse_header(buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> tuple[int, int]:

@@ -214,19 +214,27 @@ def tensor_data_state(t: torch.Tensor) -> Hashable | None:
 
 def untracked_data_state(t: torch.Tensor) -> Hashable | None:
     """:func:`tensor_data_state`, whether or not *t* is silent."""
-    if t.is_inference() or t.layout != torch.strided or t.is_meta:
+    # Unbound methods: this runs once per restored tensor.
+    if _IS_INFERENCE(t) or t.layout is not _STRIDED or t.is_meta:
         return None
     return (
         t._version,
-        t.data_ptr(),
-        t.storage_offset(),
+        _DATA_PTR(t),
+        _STORAGE_OFFSET(t),
         t.shape,
-        t.stride(),
+        _STRIDE(t),
         t.dtype,
         t.device,
-        t.is_conj(),
-        t.is_neg(),
+        _IS_CONJ(t),
+        _IS_NEG(t),
     )
+
+
+_IS_INFERENCE = torch._C.TensorBase.is_inference
+_STORAGE_OFFSET = torch._C.TensorBase.storage_offset
+_IS_CONJ = torch._C.TensorBase.is_conj
+_IS_NEG = torch._C.TensorBase.is_neg
+_STRIDED = torch.strided
 
 
 def fingerprint_or_none(*values: Any) -> Fingerprint | None:
