@@ -113,7 +113,7 @@ def main() -> list[dict]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--blob-mib", type=int, default=1024)
     parser.add_argument("--calls", type=int, default=20_000, help="hits per timed round")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs of each measurement")
+    parser.add_argument("--repeat", type=int, default=7, help="timed runs of each measurement")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)

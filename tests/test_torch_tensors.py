@@ -293,3 +293,29 @@ def test_mapped_tensors_hold_no_file_descriptors(tmp_path: Path) -> None:
     restored[0][0] = -1.0  # copy-on-write: the store keeps its bytes
     again = Decoder(store.objects).decode_value(doc_id)
     assert again[0][0].item() == 0.0
+
+
+def test_mapped_blobs_with_another_header_or_a_wide_dtype_restore(tmp_path: Path) -> None:
+    import json
+    import struct
+
+    from memostore.objects import KIND_VALUE, Doc, Links
+
+    store = Store(tmp_path / "store")
+    # complex128: 16-byte items, whose data may not start at a multiple of 16.
+    wide = torch.randn(MMAP_MIN_BYTES // 16 + 3, dtype=torch.complex128)
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(wide)
+    assert torch.equal(Decoder(store.objects).decode_value(doc_id), wide)
+    # A blob whose header carries more than this version writes (longer header).
+    t = torch.arange(MMAP_MIN_BYTES // 4, dtype=torch.float32)
+    data = t.numpy().tobytes()
+    entry = {"dtype": "F32", "shape": [t.numel()], "data_offsets": [0, len(data)]}
+    text = json.dumps({"tensor": entry, "__metadata__": {"writer": "elsewhere"}}).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    blob_id = store.objects.add_bytes(struct.pack("<Q", len(text)) + text + data)
+    node = {"$": "torch.tensor", "data": {"blob": blob_id}, "device": "cpu", "dtype": "float32",
+            "nbytes": len(data), "requires_grad": False, "shape": [t.numel()]}  # fmt: skip
+    doc_id = store.objects.add_doc(Doc(KIND_VALUE, {"node": node}, Links(blobs={blob_id})))
+    restored = Decoder(store.objects).decode_value(doc_id)
+    checks.wait_for_checks()
+    assert torch.equal(restored, t)
