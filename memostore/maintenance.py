@@ -385,9 +385,9 @@ def gc(
         report.tmp_removed += leftovers
         report.tmp_bytes += leftover_bytes
         # Half-written pending markers of killed writers (hidden temp files).
-        pending = store.root / "pending"
-        hidden = [name for name in _names(pending) if name.startswith(".")]
-        leftovers, leftover_bytes = _remove_old_files(pending, now - grace_s, dry_run, hidden)
+        leftovers, leftover_bytes = _remove_old_files(
+            store.root / "pending", now - grace_s, dry_run, _is_hidden
+        )
         report.tmp_removed += leftovers
         report.tmp_bytes += leftover_bytes
         if not dry_run and report.deleted:
@@ -407,29 +407,32 @@ def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> 
     for dirpath, _dirnames, filenames in os.walk(refs_dir):
         leftovers = [f for f in filenames if ".lock." in f or f.startswith(".")]
         if leftovers:
-            n, s = _remove_old_files(Path(dirpath), older_than, dry_run, leftovers)
+            n, s = _remove_old_files(
+                Path(dirpath), older_than, dry_run, set(leftovers).__contains__
+            )
             count, size = count + n, size + s
     return count, size
 
 
-def _names(directory: Path) -> list[str]:
-    try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
 
 
 def _remove_old_files(
-    directory: Path, older_than: float, dry_run: bool, only: list[str] | None = None
+    directory: Path,
+    older_than: float,
+    dry_run: bool,
+    only: Callable[[str], bool] | None = None,
 ) -> tuple[int, int]:
-    """Delete regular files in *directory* last modified before *older_than*."""
+    """Delete regular files in *directory* last modified before *older_than*
+    (only those whose names *only* accepts, when given)."""
     count = size = 0
     try:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
         return 0, 0
     for entry in entries:
-        if only is not None and entry.name not in only:
+        if only is not None and not only(entry.name):
             continue
         try:
             st = entry.stat(follow_symlinks=False)

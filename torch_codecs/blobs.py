@@ -146,10 +146,11 @@ def read_tensor(
                 # A header of another size (a blob written elsewhere): map, parse it.
                 with open(path, "rb") as f:
                     buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-                return _from_buffer(buf, blob_id, dtype, shape), pending
+                return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), pending
             except (OSError, RuntimeError):
                 pass  # removed or replaced since the stat: let the store read or report it
-    return _from_buffer(dec.objects.get_bytearray(blob_id), blob_id, dtype, shape), None
+    buf = dec.objects.get_bytearray(blob_id)
+    return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), None
 
 
 def _map_data(
@@ -168,18 +169,21 @@ def _map_data(
     return torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, size)
 
 
-def _from_buffer(buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-    """The tensor in a blob's bytes (in memory, or mapped), its header checked."""
-    size = tuple(shape)
-    expected, nbytes = _expected(dtype, size)
+def _from_buffer(
+    buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int], expected: bytes, nbytes: int
+) -> torch.Tensor:
+    """The tensor in a blob's bytes (in memory, or mapped), its header checked.
+
+    *expected* and *nbytes* are the header and data size a blob written here has.
+    """
     start = len(expected)
     if len(buf) != start + nbytes or buf[:start] != expected:
         start, nbytes = _parse_header(buf, blob_id, dtype, shape)
     if nbytes == 0:
-        return torch.empty(size, dtype=dtype)
+        return torch.empty(shape, dtype=dtype)
     # Blob data starts at a multiple of 8 (see header_bytes): aligned for every dtype.
     flat = torch.frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
-    return flat if len(size) == 1 else flat.view(size)
+    return flat if len(shape) == 1 else flat.view(shape)
 
 
 class _Batch:

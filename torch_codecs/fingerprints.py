@@ -73,8 +73,8 @@ _DEFAULT_GETSTATE = getattr(object, "__getstate__", None)
 # What a tensor's stored form depends on, read in C-level passes (see _finish).
 _TENSOR_META = operator.attrgetter("_version", "shape", "dtype", "requires_grad")
 # Unbound methods: no attribute lookup or bound-method object per tensor.
-_DATA_PTR = torch._C.TensorBase.data_ptr
-_STRIDE = torch._C.TensorBase.stride
+DATA_PTR = torch._C.TensorBase.data_ptr
+STRIDE = torch._C.TensorBase.stride
 _TENSOR_DICT = operator.attrgetter("__dict__")
 
 
@@ -219,10 +219,10 @@ def untracked_data_state(t: torch.Tensor) -> Hashable | None:
         return None
     return (
         t._version,
-        _DATA_PTR(t),
+        DATA_PTR(t),
         _STORAGE_OFFSET(t),
         t.shape,
-        _STRIDE(t),
+        STRIDE(t),
         t.dtype,
         t.device,
         _IS_CONJ(t),
@@ -334,8 +334,8 @@ class _Builder:
                 tensors = [t for t in tensors if t is not None]
             try:
                 meta = tuple(map(_TENSOR_META, tensors))
-                pointers = tuple(map(_DATA_PTR, tensors))
-                strides = tuple(map(_STRIDE, tensors))
+                pointers = tuple(map(DATA_PTR, tensors))
+                strides = tuple(map(STRIDE, tensors))
             except RuntimeError:
                 # Inference, sparse or nested tensors: one at a time (this raises
                 # NotProvable, or describes meta tensors).

@@ -48,10 +48,9 @@ from typing import Any
 
 import torch
 
-from .fingerprints import content_bytes, running_stats, untracked_data_state
+from .fingerprints import DATA_PTR, STRIDE, content_bytes, running_stats, untracked_data_state
 from .module_plans import ATOMS
 
-_TensorBase = torch._C.TensorBase
 _DICT = attrgetter("__dict__")
 _OWN_NAMES = frozenset({"_parameters", "_buffers", "_modules"})
 _DICTS = frozenset({dict, OrderedDict})
@@ -62,12 +61,12 @@ _SEQUENCE_ITEMS = frozenset({type(None), bool, int, float, str})
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 _DEFAULT_GETSTATE = torch.nn.Module.__getstate__
 _DEREF = weakref.ref.__call__
-# What a tensor's stored form depends on, one C-level pass each. The unbound
-# methods skip the attribute lookup and bound-method object of a method call.
+# What a tensor's stored form depends on, one C-level pass each (the fields of a
+# fingerprint's tensors, fingerprints.py).
 _TENSOR_FIELDS: tuple[Callable[[Any], Any], ...] = (
     attrgetter("_version"),
-    _TensorBase.data_ptr,
-    _TensorBase.stride,
+    DATA_PTR,
+    STRIDE,
     attrgetter("shape"),
     attrgetter("dtype"),
     attrgetter("requires_grad"),
