@@ -27,9 +27,11 @@ from .codecs import Codec, CodecRegistry, registry
 from .errors import EncodeError
 from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
 from .objects import KIND_VALUE, Doc, Links, canonical_json, digest_bytes, new_hasher
+from .packs import PACK_BLOB_MAX
 
 if TYPE_CHECKING:
     from .object_store import BaseObjectStore
+    from .packs import PackWriter
 
 Buffer = bytes | bytearray | memoryview
 Producer = Callable[[], Iterable[Buffer]]
@@ -55,7 +57,11 @@ class Sink(ABC):
     def put_doc(self, doc: Doc) -> str: ...
 
     @abstractmethod
-    def put_blob(self, produce: Producer, size: int, known_id: str = "") -> str: ...
+    def put_blob(
+        self, produce: Producer, size: int, known_id: str = "", packable: bool = False
+    ) -> str:
+        """Store a blob; *packable* blobs (small, read whole or mapped as one value's
+        part, see packs.py) may share a pack file with the rest of the value's."""
 
     @abstractmethod
     def require(self, object_id: str, obj: Any) -> None:
@@ -71,14 +77,16 @@ class HashSink(Sink):
 
     def __init__(self) -> None:
         self.docs: dict[str, Doc] = {}
-        self.blobs: dict[str, tuple[Producer, int]] = {}
+        self.blobs: dict[str, tuple[Producer, int, bool]] = {}
         self.required: dict[str, Any] = {}
 
     def put_doc(self, doc: Doc) -> str:
         self.docs.setdefault(doc.id, doc)
         return doc.id
 
-    def put_blob(self, produce: Producer, size: int, known_id: str = "") -> str:
+    def put_blob(
+        self, produce: Producer, size: int, known_id: str = "", packable: bool = False
+    ) -> str:
         if known_id:
             blob_id = known_id
         else:
@@ -86,7 +94,7 @@ class HashSink(Sink):
             for chunk in produce():
                 hasher.update(chunk)
             blob_id = hasher.hexdigest()
-        self.blobs.setdefault(blob_id, (produce, size))
+        self.blobs.setdefault(blob_id, (produce, size, packable))
         return blob_id
 
     def require(self, object_id: str, obj: Any) -> None:
@@ -101,28 +109,62 @@ class HashSink(Sink):
         for object_id, obj in self.required.items():
             if not objects.freshen(object_id):
                 Encoder(StoreSink(objects)).encode_value(obj)
-        for blob_id, (produce, size) in self.blobs.items():
-            objects.add_chunks(produce(), size, expected_id=blob_id)
+        sink = StoreSink(objects)
+        try:
+            for blob_id, (produce, size, packable) in self.blobs.items():
+                sink.put_blob(produce, size, blob_id, packable)
+            sink.finish()
+        finally:
+            sink.abort()
         for doc in self.docs.values():
             objects.add_doc(doc)
 
 
 class StoreSink(Sink):
-    """Writes each object into an object database as soon as it is encoded."""
+    """Writes each object into an object database as soon as it is encoded.
+
+    Packable blobs are gathered in one pack, put in place before the next
+    document is written: a document is only ever written after every object it
+    links. :meth:`abort` drops a pack left unfinished by a failed encoding.
+    """
 
     def __init__(self, objects: BaseObjectStore) -> None:
         self.objects = objects
+        self._pack: PackWriter | None = None
 
     def put_doc(self, doc: Doc) -> str:
+        self.finish()
         return self.objects.add_doc(doc)
 
-    def put_blob(self, produce: Producer, size: int, known_id: str = "") -> str:
+    def put_blob(
+        self, produce: Producer, size: int, known_id: str = "", packable: bool = False
+    ) -> str:
+        if packable and size <= PACK_BLOB_MAX:
+            if self._pack is None:
+                self._pack = self.objects.new_pack()
+            if self._pack is not None:
+                return self._pack.add(produce(), size, known_id)
         return self.objects.add_chunks(produce(), size, expected_id=known_id)
 
     def require(self, object_id: str, obj: Any) -> None:
         if not self.objects.freshen(object_id):
             # The cache knew the id but this store lacks the object: encode for real.
             Encoder(self, cache=None).encode_value(obj)
+
+    def finish(self) -> None:
+        """Put the pending pack in place (durable, visible to readers)."""
+        pack, self._pack = self._pack, None
+        if pack is not None:
+            try:
+                pack.finish()
+            except BaseException:
+                pack.abort()
+                raise
+
+    def abort(self) -> None:
+        pack, self._pack = self._pack, None
+        if pack is not None:
+            pack.abort()
 
 
 class _Frame:
@@ -280,20 +322,30 @@ class Encoder:
         self._frames[-1].links.docs.add(doc_id)
         return {"$": "ref", "id": doc_id}
 
-    def blob(self, produce: Producer, size: int, known_id: str = "") -> str:
-        """Store bytes as a blob (streamed from *produce*) and link it; return its id."""
-        blob_id = self.sink.put_blob(produce, size, known_id)
+    def blob(self, produce: Producer, size: int, known_id: str = "", packable: bool = False) -> str:
+        """Store bytes as a blob (streamed from *produce*) and link it; return its id.
+
+        *packable*: the blob may be stored in a pack with the value's other small
+        blobs (see packs.py); readers then get it through the store, never as a
+        file of its own (:meth:`BaseObjectStore.blob_path` is None for it).
+        """
+        blob_id = self.sink.put_blob(produce, size, known_id, packable)
         self._frames[-1].links.blobs.add(blob_id)
         return blob_id
 
     def cached_blob(
-        self, obj: Any, fingerprint: Hashable | None, produce: Producer, size: int
+        self,
+        obj: Any,
+        fingerprint: Hashable | None,
+        produce: Producer,
+        size: int,
+        packable: bool = False,
     ) -> str:
         """Like :meth:`blob`, reusing the digest cached for *obj* while its fingerprint holds."""
         known = ""
         if self.cache is not None and fingerprint is not None:
             known = self.cache.get(obj, fingerprint) or ""
-        blob_id = self.blob(produce, size, known)
+        blob_id = self.blob(produce, size, known, packable)
         if self.cache is not None and fingerprint is not None and not known:
             self.cache.put(obj, fingerprint, blob_id)
         return blob_id

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import index
 from .errors import MalformedObject, MemostoreError, ObjectNotFound
 from .objects import Doc, is_doc_bytes, new_hasher
+from .packs import Pack
 
 if TYPE_CHECKING:
     from .store import Store
@@ -49,8 +50,8 @@ def _no_progress(phase: str, done: int, total: int | None) -> None:
 class Problem:
     """One thing fsck found wrong."""
 
-    kind: str  # "object" or "ref"
-    name: str  # object id or ref name
+    kind: str  # "object", "pack" or "ref"
+    name: str  # object id, pack file name or ref name
     message: str
     path: str | None = None
 
@@ -170,6 +171,11 @@ def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = 
         if doc.kind == "evaluation":
             evaluations[object_id] = doc.body
     progress("objects", len(ids), len(ids))
+    packs = getattr(store.objects, "packs", None)
+    for path, why in sorted(packs.damaged.items()) if packs is not None else ():
+        if os.path.exists(path):
+            name = Path(path).name
+            report.problems.append(Problem("pack", name, f"not used: {why}", path))
     for object_id, (docs, blobs) in links.items():
         missing = sorted((docs | blobs) - present)
         for target in missing:
@@ -267,6 +273,8 @@ class _Marker:
 
     def _linked_docs(self, object_id: str) -> set[str]:
         objects = self.store.objects
+        if objects.pack_location(object_id, refresh=False) is not None:
+            return set()  # packs hold blobs only
         path = objects.blob_path(object_id)
         if path is not None:
             with contextlib.suppress(OSError), open(path, "rb") as f:
@@ -354,10 +362,15 @@ def gc(
     report.unreadable = sorted(marker.unreadable)
     now = time.time()
     kept: set[str] = set()
+    packed_garbage: dict[str, tuple[Pack, list[str]]] = {}
     for done, object_id in enumerate(ids):
         progress("sweep", done, len(ids))
         if object_id in marker.marked:
             kept.add(object_id)
+            continue
+        loc = store.objects.pack_location(object_id, refresh=False)
+        if loc is not None:
+            packed_garbage.setdefault(loc.pack.name, (loc.pack, []))[1].append(object_id)
             continue
         if _age_s(store.objects.blob_path(object_id), now) < grace_s:
             report.kept_young += 1
@@ -372,6 +385,8 @@ def gc(
         report.deleted.append(object_id)
         report.bytes_freed += size
     progress("sweep", len(ids), len(ids))
+    for pack, garbage in packed_garbage.values():
+        _sweep_pack(store, pack, garbage, now - grace_s, dry_run, report, kept)
     if store.root is not None:
         report.tmp_removed, report.tmp_bytes = _remove_old_files(
             store.root / "tmp", now - grace_s, dry_run
@@ -397,6 +412,41 @@ def gc(
                     store, (e for eid, e in entries.items() if eid in kept)
                 )
     return report
+
+
+def _sweep_pack(
+    store: Store,
+    pack: Pack,
+    garbage: list[str],
+    older_than: float,
+    dry_run: bool,
+    report: GcReport,
+    kept: set[str],
+) -> None:
+    """Free the unreachable members of one pack: the whole file when none is
+    reachable, else by rewriting the reachable ones into a new pack (as git
+    repacks). A pack younger than the grace period is left as it is."""
+    try:
+        young = os.stat(pack.path).st_mtime > older_than
+    except FileNotFoundError:
+        return  # rewritten or removed by another gc since we listed it
+    if young:
+        report.kept_young += len(garbage)
+        kept.update(garbage)
+        return
+    dead = set(garbage)
+    live = [i for i in pack.members if i not in dead]
+    report.deleted.extend(garbage)
+    report.bytes_freed += pack.size if not live else sum(pack.members[i][1] for i in garbage)
+    if dry_run:
+        return
+    objects: Any = store.objects
+    if live:
+        objects.rewrite_pack(pack, live)
+    else:
+        objects.remove_pack(pack)
+    for object_id in garbage:
+        objects.delete(object_id)  # a loose copy, if one was also written
 
 
 def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> tuple[int, int]:

@@ -416,8 +416,12 @@ class MemoizedFunction:
             # first result object written to the ref's publication, only gc's grace
             # period keeps those objects, so that window stays as short as possible.
             fields = self._base_fields(call, ctx, started)
-            encoder = Encoder(StoreSink(store.objects))
-            result_id = encoder.encode_value(result)
+            sink = StoreSink(store.objects)
+            encoder = Encoder(sink)
+            try:
+                result_id = encoder.encode_value(result)
+            finally:
+                sink.abort()  # a pack left by a failed encoding (none once it succeeded)
             payloads = {**call.encoder.payloads, **encoder.payloads}
             fields.update(
                 result=result_id,

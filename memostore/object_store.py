@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -26,6 +27,7 @@ import blake3
 from .errors import CorruptObject, ObjectNotFound
 from .fsutil import fsync_dir, write_all
 from .objects import Doc, digest_bytes, is_object_id, new_hasher
+from .packs import Pack, PackIndex, PackLocation, PackWriter
 
 Buffer = bytes | bytearray | memoryview
 
@@ -187,8 +189,18 @@ class BaseObjectStore(ABC):
         that open it and handle FileNotFoundError); None without files."""
         return None
 
+    def new_pack(self) -> PackWriter | None:
+        """A writer of one pack of small blobs (see packs.py); None where packs are not kept."""
+        return None
+
+    def pack_location(self, object_id: str, refresh: bool = True) -> PackLocation | None:
+        """Where a packed object's bytes are; None if it is not packed (or not here)."""
+        return None
+
     def _describe(self, object_id: str) -> str | None:
         path = self.blob_path(object_id)
+        if path is None and (loc := self.pack_location(object_id)) is not None:
+            return f"{loc.pack.path} at byte {loc.offset}"
         return str(path) if path else None
 
     def forget_cached(self, object_id: str) -> None:
@@ -247,11 +259,13 @@ class MemoryObjectStore(BaseObjectStore):
 
 
 class DiskObjectStore(BaseObjectStore):
-    """Loose objects in a two-level fan-out: ``objects/ab/cdef...``.
+    """Loose objects in a two-level fan-out, ``objects/ab/cdef...``, and packs of
+    small blobs in ``packs/`` (see packs.py).
 
     Files are made read-only once in place. Temp files live in ``tmp/`` on the
     same file system so the final rename is atomic; a crash leaves at most a
-    temp file, which gc removes once it is old.
+    temp file, which gc removes once it is old. Packed objects are removed only
+    by gc, a pack at a time (:meth:`remove_pack`, :meth:`rewrite_pack`).
     """
 
     def __init__(self, root: Path) -> None:
@@ -261,8 +275,10 @@ class DiskObjectStore(BaseObjectStore):
         self._objects_text = str(self.objects_dir)
         self.tmp_dir = self.root / "tmp"
         self.quarantine_dir = self.root / "quarantine"
+        self.packs = PackIndex(self.root / "packs")
         self._dirty_dirs: set[Path] = set()
         self._dirty_lock = threading.Lock()
+        self._freshened: dict[str, float] = {}  # pack name -> when this process last did
 
     def path_of(self, object_id: str) -> Path:
         return Path(self._path_text(object_id))
@@ -273,7 +289,11 @@ class DiskObjectStore(BaseObjectStore):
         return f"{self._objects_text}/{object_id[:2]}/{object_id[2:]}"
 
     def contains(self, object_id: str) -> bool:
-        return os.path.exists(self._path_text(object_id))
+        return (
+            self.packs.lookup(object_id, refresh=False) is not None
+            or os.path.exists(self._path_text(object_id))
+            or self.packs.contains(object_id)
+        )
 
     def blob_path(self, object_id: str) -> Path | None:
         text = self._path_text(object_id)
@@ -282,44 +302,88 @@ class DiskObjectStore(BaseObjectStore):
     def blob_file(self, object_id: str) -> str | None:
         return self._path_text(object_id)
 
+    def pack_location(self, object_id: str, refresh: bool = True) -> PackLocation | None:
+        return self.packs.lookup(object_id, refresh)
+
     def freshen(self, object_id: str) -> bool:
+        loc = self.packs.lookup(object_id, refresh=False)
+        if loc is None:
+            try:
+                os.utime(self._path_text(object_id))
+            except FileNotFoundError:
+                loc = self.packs.lookup(object_id)
+                if loc is None:
+                    return False
+            except OSError:
+                # A read-only store or another user's file: present, its time unchanged.
+                return self.contains(object_id)
+            else:
+                return True
+        return self._freshen_pack(object_id, loc)
+
+    def _freshen_pack(self, object_id: str, loc: PackLocation) -> bool:
+        # Reusing a value's blobs freshens its pack once per blob: once a second is
+        # enough for gc's grace period, which is hours.
+        now = time.monotonic()
+        if now - self._freshened.get(loc.pack.name, -2.0) < 1.0:
+            return True
         try:
-            os.utime(self.path_of(object_id))
+            os.utime(loc.pack.path)
         except FileNotFoundError:
-            return False
+            # Rewritten or removed by gc since we listed it: look again.
+            self.packs.refresh(force=True)
+            again = self.packs.lookup(object_id, refresh=False)
+            if again is None or again.pack is loc.pack:
+                return os.path.exists(self._path_text(object_id))
+            return self._freshen_pack(object_id, again)
         except OSError:
-            # A read-only store or another user's file: present, its time unchanged.
-            return self.contains(object_id)
+            return True
+        self._freshened[loc.pack.name] = now
         return True
 
     def _read_raw(self, object_id: str) -> bytes:
-        try:
-            with open(self._path_text(object_id), "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise ObjectNotFound(object_id) from None
+        if self.packs.lookup(object_id, refresh=False) is None:
+            try:
+                with open(self._path_text(object_id), "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                pass
+        return bytes(self._read_packed(object_id))
 
     def _read_raw_into_bytearray(self, object_id: str) -> bytearray:
-        try:
-            with open(self._path_text(object_id), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                buf = bytearray(size)
-                view = memoryview(buf)
-                got = 0
-                while got < size:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        break
-                    got += n
-                return buf if got == size else buf[:got]
-        except FileNotFoundError:
-            raise ObjectNotFound(object_id) from None
+        if self.packs.lookup(object_id, refresh=False) is None:
+            try:
+                with open(self._path_text(object_id), "rb") as f:
+                    return _read_into(f, os.fstat(f.fileno()).st_size, 0)
+            except FileNotFoundError:
+                pass
+        return self._read_packed(object_id)
+
+    def _read_packed(self, object_id: str) -> bytearray:
+        loc = self.packs.lookup(object_id)
+        for _ in range(2):
+            if loc is None:
+                break
+            try:
+                with open(loc.pack.path, "rb") as f:
+                    return _read_into(f, loc.length, loc.offset)
+            except FileNotFoundError:
+                # The pack was rewritten or removed by gc since it was listed.
+                self.packs.refresh(force=True)
+                loc = self.packs.lookup(object_id, refresh=False)
+        raise ObjectNotFound(object_id)
 
     def size_of(self, object_id: str) -> int:
+        loc = self.packs.lookup(object_id, refresh=False)
+        if loc is not None:
+            return loc.length
         try:
             return os.stat(self.path_of(object_id)).st_size
         except FileNotFoundError:
-            raise ObjectNotFound(object_id) from None
+            loc = self.packs.lookup(object_id)
+            if loc is None:
+                raise ObjectNotFound(object_id) from None
+            return loc.length
 
     def _write_new(self, object_id: str, chunks: Iterable[Buffer], size: int) -> str:
         if object_id and self.freshen(object_id):
@@ -360,18 +424,21 @@ class DiskObjectStore(BaseObjectStore):
             fsync_dir(d)
 
     def iter_ids(self) -> Iterator[str]:
-        if not self.objects_dir.is_dir():
-            return
-        for fan in sorted(os.listdir(self.objects_dir)):
-            if len(fan) != 2:
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                for rest in os.listdir(self.objects_dir / fan):
-                    object_id = fan + rest
-                    if is_object_id(object_id):
-                        yield object_id
+        packed = set(self.packs.ids())
+        if self.objects_dir.is_dir():
+            for fan in sorted(os.listdir(self.objects_dir)):
+                if len(fan) != 2:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    for rest in os.listdir(self.objects_dir / fan):
+                        object_id = fan + rest
+                        if is_object_id(object_id):
+                            packed.discard(object_id)
+                            yield object_id
+        yield from packed
 
     def delete(self, object_id: str) -> None:
+        """Remove a loose object (packed ones go with their pack: see gc)."""
         with contextlib.suppress(FileNotFoundError):
             self.path_of(object_id).unlink()
         self.forget_cached(object_id)
@@ -382,6 +449,83 @@ class DiskObjectStore(BaseObjectStore):
         with contextlib.suppress(FileNotFoundError):
             os.replace(self.path_of(object_id), target)
         self.forget_cached(object_id)
+        loc = self.packs.lookup(object_id, refresh=False)
+        if loc is not None:
+            self._quarantine_pack(loc.pack, object_id)
+
+    # -- packs ---------------------------------------------------------------------------
+    def new_pack(self) -> PackWriter:
+        return PackWriter(
+            self.tmp_dir, self.packs.dir, _hash_while_writing, self.freshen, self._published
+        )
+
+    def _published(self, pack: Pack) -> None:
+        self.packs.add(pack)
+        with self._dirty_lock:
+            self._dirty_dirs.add(self.packs.dir)
+
+    def remove_pack(self, pack: Pack) -> None:
+        """Delete a pack and every object in it (gc, once none is reachable)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(pack.path)
+        self.packs.drop(pack)
+        for object_id in pack.members:
+            self.forget_cached(object_id)
+
+    def rewrite_pack(self, pack: Pack, keep: Iterable[str]) -> Pack | None:
+        """Copy the members *keep* of *pack* into a new pack, then delete *pack*.
+
+        The new pack is durable before the old one goes, so a crash in between
+        leaves both (gc of the next run removes the old). A member that fails
+        its digest check is not copied.
+        """
+        writer = PackWriter(
+            self.tmp_dir, self.packs.dir, _hash_while_writing, lambda _i: False, self._published
+        )
+        try:
+            with open(pack.path, "rb") as f:
+                for object_id in keep:
+                    offset, length = pack.members[object_id]
+                    data = _read_into(f, length, offset)
+                    with contextlib.suppress(CorruptObject):
+                        writer.add((data,), length, expected_id=object_id)
+            new = writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        fsync_dir(self.packs.dir)
+        self.remove_pack(pack)
+        return new
+
+    def _quarantine_pack(self, pack: Pack, damaged: str) -> None:
+        """Move a pack with a damaged member aside, its sound members kept as loose objects."""
+        # Dropped first, so that the loose copies below are written.
+        self.packs.drop(pack, f"member {damaged} failed its digest check")
+        with contextlib.suppress(FileNotFoundError), open(pack.path, "rb") as f:
+            for object_id, (offset, length) in pack.members.items():
+                if object_id == damaged or os.path.exists(self._path_text(object_id)):
+                    continue
+                data = _read_into(f, length, offset)
+                with contextlib.suppress(CorruptObject):
+                    self._write_new(object_id, (data,), length)
+        self.sync()
+        target = self.quarantine_dir / f"{pack.name}.pack.{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(pack.path, target)
+
+
+def _read_into(f: Any, size: int, offset: int) -> bytearray:
+    """*size* bytes of open file *f* from *offset*, in a fresh buffer (short at end of file)."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    f.seek(offset)
+    got = 0
+    while got < size:
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return buf if got == size else buf[:got]
 
 
 _hash_worker: ThreadPoolExecutor | None = None

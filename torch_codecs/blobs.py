@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from memostore.errors import MalformedObject
+from memostore.errors import CorruptObject, MalformedObject
+from memostore.objects import digest_bytes
+from memostore.packs import Pack, PackLocation
 
 from .checks import PendingCheck, check_mapped, is_verified
 from .checks import submit as submit_checks
@@ -120,37 +122,124 @@ def read_tensor(
 ) -> tuple[torch.Tensor, PendingCheck | None]:
     """The tensor stored in blob *blob_id*, on the host, and its pending check if any.
 
-    A large blob is memory-mapped copy-on-write (writing to the tensor never
-    touches the store) and checked as ``checks.py`` says; a small one is read
-    into a fresh buffer and checked at once. This runs once per restored tensor,
-    so the common case is kept to a few calls: the expected header comes from a
-    cache, and the file's size confirms it.
+    A packed blob is a view of its pack, mapped once per restore; a large loose
+    blob is mapped on its own. Both are mapped copy-on-write (writing to the
+    tensor never touches the store) and checked as ``checks.py`` says; a small
+    loose one is read into a fresh buffer and checked at once. This runs once
+    per restored tensor, so the common case is kept to a few calls: the expected
+    header comes from a cache, and the pack's index (or the file's size)
+    confirms it.
     """
     size = tuple(shape)
     expected, nbytes = _expected(dtype, size)
-    start = len(expected)
-    path = dec.blob_file(blob_id)
-    if path is not None and nbytes:
+    if not nbytes:
+        buf = dec.objects.get_bytearray(blob_id)
+        return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), None
+    loc = dec.objects.pack_location(blob_id, refresh=False)
+    if loc is None:
+        path = dec.blob_file(blob_id)
         try:
-            st = os.stat(path)
+            st = os.stat(path) if path is not None else None
         except FileNotFoundError:
-            st = None  # removed since: let the store report it below
+            # Not a loose file: in a pack written since this process listed them,
+            # or removed since (the store then reads or reports it below).
+            st = None
+            loc = dec.objects.pack_location(blob_id)
         if st is not None and st.st_size >= MMAP_MIN_BYTES:
-            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-            pending = None
-            if not is_verified(blob_id, stamp):
-                pending = check_mapped(dec.objects, blob_id, path, stamp, _batch(dec))
-            try:
-                if st.st_size == start + nbytes and start % dtype.itemsize == 0:
-                    return _map_data(path, st.st_size, start, dtype, size), pending
-                # A header of another size (a blob written elsewhere): map, parse it.
-                with open(path, "rb") as f:
-                    buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-                return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), pending
-            except (OSError, RuntimeError):
-                pass  # removed or replaced since the stat: let the store read or report it
+            found = _read_loose(dec, path, st, blob_id, dtype, size, expected, nbytes)
+            if found is not None:
+                return found
+    if loc is not None:
+        found = _read_packed(dec, loc, blob_id, dtype, size, expected, nbytes)
+        if found is not None:
+            return found
     buf = dec.objects.get_bytearray(blob_id)
     return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), None
+
+
+def _read_loose(
+    dec: Any,
+    path: str,
+    st: os.stat_result,
+    blob_id: str,
+    dtype: torch.dtype,
+    size: tuple[int, ...],
+    expected: bytes,
+    nbytes: int,
+) -> tuple[torch.Tensor, PendingCheck | None] | None:
+    """A large loose blob, mapped; None if its file went away since its stat."""
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    pending = None
+    if not is_verified(blob_id, stamp):
+        pending = check_mapped(dec.objects, blob_id, path, stamp, _batch(dec))
+    start = len(expected)
+    try:
+        if st.st_size == start + nbytes and start % dtype.itemsize == 0:
+            return _map_data(path, st.st_size, start, dtype, size), pending
+        # A header of another size (a blob written elsewhere): map, parse it.
+        with open(path, "rb") as f:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        return _from_buffer(buf, blob_id, dtype, list(size), expected, nbytes), pending
+    except (OSError, RuntimeError):
+        return None  # removed or replaced since the stat: let the store read or report it
+
+
+def _read_packed(
+    dec: Any,
+    loc: PackLocation,
+    blob_id: str,
+    dtype: torch.dtype,
+    size: tuple[int, ...],
+    expected: bytes,
+    nbytes: int,
+) -> tuple[torch.Tensor, PendingCheck | None] | None:
+    """A packed blob, as a view of its pack's mapping; None if the pack went away.
+
+    The pack is mapped once per restore, whatever the number of tensors in it:
+    that is what makes a value of many tensors cheap to restore.
+    """
+    mapped = _map_pack(dec, loc.pack)
+    if mapped is None:
+        return None
+    storage, stamp = mapped
+    if loc.length < MMAP_MIN_BYTES:
+        # Small: copied out and checked at once, like a small loose blob, so that it
+        # owns its storage (some torch calls read a storage from its start).
+        raw = torch.empty(0, dtype=torch.uint8).set_(storage, loc.offset, (loc.length,))
+        buf = bytearray(memoryview(raw.numpy()))
+        actual = digest_bytes(buf)
+        if actual != blob_id:
+            dec.objects.quarantine(blob_id)
+            raise CorruptObject(blob_id, actual, f"{loc.pack.path} at byte {loc.offset}")
+        return _from_buffer(buf, blob_id, dtype, list(size), expected, nbytes), None
+    pending = None
+    if not is_verified(blob_id, stamp):
+        span = (loc.offset, loc.length)
+        pending = check_mapped(dec.objects, blob_id, loc.pack.path, stamp, _batch(dec), span)
+    start = loc.offset + len(expected)
+    if loc.length == len(expected) + nbytes and start % dtype.itemsize == 0:
+        return torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, size), pending
+    raw = torch.empty(0, dtype=torch.uint8).set_(storage, loc.offset, (loc.length,))
+    view = memoryview(raw.numpy())
+    return _from_buffer(view, blob_id, dtype, list(size), expected, nbytes), pending
+
+
+_SESSION_PACKS = "torch.mapped_packs"
+
+
+def _map_pack(dec: Any, pack: Pack) -> tuple[torch.UntypedStorage, tuple[int, int, int]] | None:
+    """The mapping of *pack* shared by this restore's tensors, and the pack's stamp."""
+    session = getattr(dec, "session", None)
+    mapped = session.setdefault(_SESSION_PACKS, {}) if session is not None else {}
+    found = mapped.get(pack.path)
+    if found is None:
+        try:
+            st = os.stat(pack.path)
+            storage = torch.UntypedStorage.from_file(pack.path, shared=False, nbytes=st.st_size)
+        except (OSError, RuntimeError):
+            return None  # rewritten or removed by gc since it was listed
+        found = mapped[pack.path] = (storage, (st.st_ino, st.st_size, st.st_mtime_ns))
+    return found
 
 
 def _map_data(

@@ -60,15 +60,21 @@ def check_mode() -> str:
 class PendingCheck:
     """A blob whose check is queued, and the restored tensors that read from it."""
 
-    __slots__ = ("_failed", "_tensors", "blob_id", "objects", "path", "stamp")
+    __slots__ = ("_failed", "_tensors", "blob_id", "objects", "path", "span", "stamp")
 
     def __init__(
-        self, objects: Any, blob_id: str, path: str | Path, stamp: tuple[int, int, int]
+        self,
+        objects: Any,
+        blob_id: str,
+        path: str | Path,
+        stamp: tuple[int, int, int],
+        span: tuple[int, int] | None = None,
     ) -> None:
         self.objects = objects
         self.blob_id = blob_id
         self.path = path
         self.stamp = stamp
+        self.span = span  # (offset, length) of the blob in a pack file; None: the whole file
         self._tensors: list[weakref.ref[Any]] = []
         self._failed = False
 
@@ -85,7 +91,7 @@ class PendingCheck:
         digest_cache.forget(tensor)
 
     def run(self) -> None:
-        actual = _hash_file(self.path, _BACKGROUND_THREADS)
+        actual = _hash_file(self.path, _BACKGROUND_THREADS, self.span)
         if actual is None:
             return  # removed since (by gc): nothing left to check
         if actual == self.blob_id:
@@ -126,18 +132,20 @@ def check_mapped(
     path: str | Path,
     stamp: tuple[int, int, int],
     batch: list[PendingCheck] | None = None,
+    span: tuple[int, int] | None = None,
 ) -> PendingCheck | None:
     """Check a mapped blob now (eager mode: raises CorruptObject) or queue its check.
 
     With *batch*, a background check is appended to it rather than queued: the
     caller queues the batch with :func:`submit` once the whole value is restored,
-    so that hashing does not compete with the restore itself for the CPU.
+    so that hashing does not compete with the restore itself for the CPU. *span*
+    is the blob's (offset, length) when *path* is a pack file.
     """
     if _verified.get(blob_id) == stamp:
         return None
-    job = PendingCheck(objects, blob_id, path, stamp)
+    job = PendingCheck(objects, blob_id, path, stamp, span)
     if _mode == "eager":
-        actual = _hash_file(path)
+        actual = _hash_file(path, span=span)
         if actual is None:
             raise ObjectNotFound(blob_id)
         if actual != blob_id:
@@ -168,10 +176,19 @@ def wait_for_checks() -> None:
     _jobs.join()
 
 
-def _hash_file(path: str | Path, threads: int = blake3.blake3.AUTO) -> str | None:
+def _hash_file(
+    path: str | Path, threads: int = blake3.blake3.AUTO, span: tuple[int, int] | None = None
+) -> str | None:
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            return blake3.blake3(view, max_threads=threads).hexdigest()
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+            if span is None:
+                return blake3.blake3(whole, max_threads=threads).hexdigest()
+            with memoryview(whole) as view:
+                part = view[span[0] : span[0] + span[1]]
+                try:
+                    return blake3.blake3(part, max_threads=threads).hexdigest()
+                finally:
+                    part.release()
     except FileNotFoundError:
         return None
 

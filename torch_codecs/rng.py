@@ -46,7 +46,9 @@ class GeneratorCodec(Codec):
         device = target_device(node["device"], dec)
         gen = torch.Generator(device=device)
         if device.type == torch.device(node["device"]).type:
-            gen.set_state(state)
+            # A tensor of its own: set_state reads the storage from its start
+            # (it crashes on a view at an offset, as torch 2.13 does).
+            gen.set_state(state.clone())
         else:
             gen.manual_seed(node["seed"])
         return gen

@@ -234,7 +234,7 @@ class TensorCodec(Codec):
 
 def _blob(t: torch.Tensor, enc: Any) -> str:
     produce, size = tensor_producer(t)
-    return enc.cached_blob(t, tensor_data_state(t), produce, size)
+    return enc.cached_blob(t, tensor_data_state(t), produce, size, packable=True)
 
 
 def _check_supported(t: torch.Tensor) -> None:
