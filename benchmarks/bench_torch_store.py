@@ -185,7 +185,7 @@ def bench_dedup(work: Path) -> dict:
     for i in range(10):
         layers(i)
     unique = (9 + 10) * sum(p.numel() * 4 for p in shared[0].parameters())
-    held = tree_bytes(root / "objects")
+    held = tree_bytes(root / "objects") + tree_bytes(root / "packs")
     ratio = held / unique
     print(
         f"dedup (10 results x 10 Linear(1000,1000), 9 shared): store holds {held / 1e6:.1f} MB "

@@ -124,12 +124,14 @@ class PackIndex:
 
     def lookup(self, object_id: str, refresh: bool = True) -> PackLocation | None:
         found = self._where.get(object_id)
-        if found is None and refresh and self.refresh():
+        if found is None and refresh:
+            # Read again whatever refresh says: another thread may have just loaded it.
+            self.refresh()
             found = self._where.get(object_id)
         return None if found is None else PackLocation(*found)
 
     def contains(self, object_id: str) -> bool:
-        return object_id in self._where or (self.refresh() and object_id in self._where)
+        return self.lookup(object_id) is not None
 
     def ids(self) -> list[str]:
         self.refresh()

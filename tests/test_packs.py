@@ -1,0 +1,285 @@
+"""Pack files: the small tensor blobs of one stored value share a file.
+
+Every store operation treats a packed object like a loose one: hits across
+processes, deduplication, gc, fsck, damage and its repair, push and pull.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import run_script, write_script  # noqa: E402
+
+from memostore import Store, memo  # noqa: E402
+from memostore.decoding import Decoder  # noqa: E402
+from memostore.encoding import Encoder, StoreSink  # noqa: E402
+from memostore.errors import CorruptObject  # noqa: E402
+from memostore.evaluation import eval_ref_name  # noqa: E402
+from memostore.maintenance import fsck, gc  # noqa: E402
+from memostore.packs import PACK_BLOB_MAX  # noqa: E402
+from memostore.remote import pull, push  # noqa: E402
+from torch_codecs import checks  # noqa: E402
+from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
+
+SCRIPT = """\
+import sys
+import torch
+from memostore import memo
+
+
+@memo
+def weights(layers, side, seed):
+    print("RUN weights")
+    gen = torch.Generator().manual_seed(seed)
+    return {f"l{i}": torch.randn(side, side, generator=gen) for i in range(layers)}
+
+
+w = weights(int(sys.argv[1]), int(sys.argv[2]), 0)
+print("SUM", float(sum(t.double().sum() for t in w.values())))
+"""
+
+
+def pack_files(root: Path) -> list[Path]:
+    return sorted((root / "packs").glob("*.pack"))
+
+
+def tensors(n: int, side: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {f"l{i}": torch.randn(side, side, generator=gen) for i in range(n)}
+
+
+def blob_ids(store: Store, doc_id: str) -> set[str]:
+    return set(store.objects.get_doc(doc_id).links.blobs)
+
+
+def test_a_value_of_many_tensors_is_one_pack_hit_across_processes(store_dir: Path) -> None:
+    script = write_script(store_dir.parent, "train.py", SCRIPT)
+    first = run_script(script, "40", "128").stdout
+    assert "RUN weights" in first
+    (pack,) = pack_files(store_dir)
+    loose = [p for p in (store_dir / "objects").rglob("*") if p.is_file()]
+    assert all(p.stat().st_size < 128 * 128 * 4 for p in loose), "tensor blobs are packed"
+    second = run_script(script, "40", "128").stdout
+    assert "RUN" not in second
+    assert second.splitlines()[-1] == first.splitlines()[-1], "bit-identical values"
+    assert pack_files(store_dir) == [pack]
+
+
+def test_large_packed_tensors_share_one_mapping_small_ones_own_their_storage(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store")
+    side = 512  # 1 MiB each: mapped
+    value = {**tensors(4, side), "small": torch.arange(10.0)}
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    assert len(pack_files(store.root)) == 1
+    restored = Decoder(store.objects).decode_value(doc_id)
+    checks.wait_for_checks()
+    assert all(torch.equal(restored[k], value[k]) for k in value)
+    big = [restored[f"l{i}"] for i in range(4)]
+    assert len({t.untyped_storage().data_ptr() for t in big}) == 1, "one mapping of the pack"
+    small = restored["small"]
+    assert small.storage_offset() == 0 and small.untyped_storage().nbytes() == 40
+    big[0][0, 0] = 1e6  # copy-on-write: the store is untouched
+    again = Decoder(store.objects).decode_value(doc_id)
+    assert torch.equal(again["l0"], value["l0"])
+
+
+def test_blobs_over_the_pack_limit_stay_loose(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    big = torch.zeros(PACK_BLOB_MAX // 4 + 1)
+    doc_id = Encoder(StoreSink(store.objects)).encode_value({"big": big, "small": torch.ones(3)})
+    (big_blob,) = [b for b in blob_ids(store, doc_id) if store.objects.size_of(b) > PACK_BLOB_MAX]
+    assert store.objects.blob_path(big_blob) is not None, "a loose file, hard-linkable"
+    assert store.objects.pack_location(big_blob) is None
+    assert len(pack_files(store.root)) == 1
+
+
+def test_equal_tensors_are_stored_once_across_packs(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    first = tensors(10, 200)
+    second = {**{k: v.clone() for k, v in first.items()}, "l9": torch.randn(200, 200)}
+    Encoder(StoreSink(store.objects)).encode_value(first)
+    Encoder(StoreSink(store.objects)).encode_value(second)
+    packs = pack_files(store.root)
+    assert len(packs) == 2
+    members = sorted(len(store.objects.packs.packs()[i].members) for i in range(2))
+    assert members == [1, 10], "the second pack holds only the new tensor"
+    unique = 11 * 200 * 200 * 4
+    assert sum(p.stat().st_size for p in packs) < 1.05 * unique
+
+
+def test_a_pack_written_by_another_store_object_is_found(tmp_path: Path) -> None:
+    reader = Store(tmp_path / "store")
+    assert not reader.objects.contains("ab" * 32)  # lists the (empty) packs directory
+    writer = Store(tmp_path / "store")
+    doc_id = Encoder(StoreSink(writer.objects)).encode_value(tensors(3, 64))
+    restored = Decoder(reader.objects).decode_value(doc_id)
+    assert torch.equal(restored["l2"], tensors(3, 64)["l2"])
+
+
+def test_a_failed_encoding_leaves_no_pack_and_no_temp_file(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+
+    @memo(store=store)
+    def make() -> tuple[dict[str, torch.Tensor], object]:
+        import threading
+
+        return tensors(3, 64), threading.Lock()  # a lock cannot be stored
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value, _ = make()
+    assert torch.equal(value["l0"], tensors(3, 64)["l0"]), "the result is returned"
+    assert any("could not store" in str(w.message) for w in caught)
+    assert pack_files(store.root) == []
+    assert list((store.root / "tmp").iterdir()) == []
+
+
+def _store_two(store: Store) -> tuple[str, str, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    a = tensors(10, 100)
+    b = {**{k: v.clone() for k, v in a.items()}, "l9": torch.randn(100, 100)}
+
+    @memo(store=store)
+    def produce(tag: str) -> dict[str, torch.Tensor]:
+        return a if tag == "a" else b
+
+    produce("a")
+    produce("b")
+    return produce.symbol, produce.key("a"), a, b
+
+
+def test_gc_rewrites_a_partly_dead_pack_and_removes_a_dead_one(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    symbol, key_a, _, b = _store_two(store)
+    name_a = eval_ref_name(symbol, key_a)
+    (pack_a,) = [p for p in store.objects.packs.packs() if len(p.members) == 10]
+    assert store.refs.delete_if_equals(name_a, store.refs.read(name_a))
+    dead = set(pack_a.members) - _all_reachable_blobs(store)
+    assert len(dead) == 1, "only a's l9 is unique to a"
+
+    young = gc(store)  # default grace: packs written just now are kept
+    assert young.deleted == [] and young.kept_young >= 1
+
+    report = gc(store, grace_s=0)
+    assert set(report.deleted) >= dead
+    assert report.bytes_freed >= 100 * 100 * 4
+    assert not Path(pack_a.path).exists(), "rewritten without its dead member"
+    (dead_id,) = dead
+    assert not store.objects.contains(dead_id)
+    assert fsck(store).problems == []
+    fresh = Store(store.root)  # another process's view
+    (ref_b,) = [t for _, t in fresh.refs.iter("")]
+    restored = Decoder(fresh.objects).decode_value(fresh.objects.get_doc(ref_b).body["result"])
+    assert all(torch.equal(restored[k], b[k]) for k in b)
+
+    for name, target in list(store.refs.iter("")):
+        store.refs.delete_if_equals(name, target)
+    gc(store, grace_s=0)
+    assert pack_files(store.root) == []
+
+
+def _reachable_blobs(store: Store, root: str) -> set[str]:
+    seen: set[str] = set()
+    stack = [root]
+    blobs: set[str] = set()
+    while stack:
+        doc = store.objects.get_doc(stack.pop())
+        blobs |= doc.links.blobs
+        stack.extend(d for d in doc.links.docs if d not in seen)
+        seen |= doc.links.docs
+    return blobs
+
+
+def _all_reachable_blobs(store: Store) -> set[str]:
+    out: set[str] = set()
+    for _, target in store.refs.iter(""):
+        out |= _reachable_blobs(store, target)
+    return out
+
+
+def _flip(path: Path, at: int) -> None:
+    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 1]))
+
+
+def test_a_damaged_member_is_quarantined_and_its_pack_mates_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checks, "_mode", "eager")
+    store = Store(tmp_path / "store")
+    value = tensors(3, 512)  # 1 MiB each: mapped, checked eagerly
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    (pack,) = store.objects.packs.packs()
+    victim = next(iter(pack.members))
+    offset, length = pack.members[victim]
+    _flip(Path(pack.path), offset + length - 1)
+    checks.forget_verified()
+    with pytest.raises(CorruptObject):
+        Decoder(store.objects).decode_value(doc_id)
+    assert not Path(pack.path).exists() and not store.objects.contains(victim)
+    assert list((store.root / "quarantine").glob("*.pack.*")), "kept aside, not deleted"
+    mates = set(pack.members) - {victim}
+    assert all(store.objects.blob_path(m) is not None for m in mates), "rescued as loose files"
+    Encoder(StoreSink(store.objects)).encode_value(value)  # a recompute repairs the store
+    restored = Decoder(store.objects).decode_value(doc_id)
+    assert all(torch.equal(restored[k], value[k]) for k in value)
+    assert fsck(store).problems == []
+
+
+def test_fsck_names_a_pack_whose_index_is_damaged(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    Encoder(StoreSink(store.objects)).encode_value(tensors(3, 32))
+    (pack,) = pack_files(store.root)
+    _flip(pack, pack.stat().st_size - 40)  # inside the index
+    problems = fsck(Store(store.root)).problems
+    assert any(p.kind == "pack" and p.name == pack.name for p in problems)
+    assert any("links missing object" in p.message for p in problems)
+
+
+def test_push_and_pull_carry_packed_objects(store_dir: Path, tmp_path: Path) -> None:
+    script = write_script(tmp_path, "train.py", SCRIPT)
+    first = run_script(script, "20", "64").stdout
+    remote = tmp_path / "remote"
+    push(Store(store_dir), str(remote))
+    other = tmp_path / "other"
+    pull(Store(other), str(remote))
+    second = run_script(script, "20", "64", env={"MEMOSTORE_DIR": str(other)}).stdout
+    assert "RUN" not in second and second.splitlines()[-1] == first.splitlines()[-1]
+
+
+def test_gc_json_counts_packed_objects(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from memostore_cli.main import cli
+
+    store = Store(tmp_path / "store")
+    _store_two(store)
+    for name, target in list(store.refs.iter("")):
+        store.refs.delete_if_equals(name, target)
+    out = CliRunner().invoke(cli, ["--store", str(store.root), "gc", "--grace", "0", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert report["objects_deleted"] >= 11 and pack_files(store.root) == []
+
+
+def test_mapped_packed_tensor_checked_in_the_background(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    value = tensors(2, 512)
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    checks.forget_verified()
+    Decoder(store.objects).decode_value(doc_id)
+    checks.wait_for_checks()
+    assert len(checks._verified) == 2
+    assert MMAP_MIN_BYTES <= 512 * 512 * 4
