@@ -361,6 +361,8 @@ class DiskObjectStore(BaseObjectStore):
 
     def _read_packed(self, object_id: str) -> bytearray:
         loc = self.packs.lookup(object_id)
+        if loc is None and self.packs.refresh(force=True):
+            loc = self.packs.lookup(object_id, refresh=False)  # a pack written just now
         for _ in range(2):
             if loc is None:
                 break

@@ -57,6 +57,7 @@ PACK_BLOB_MAX = 8 << 20
 # A directory listing whose time is this close to a pack rename may have missed
 # it (file system timestamps are coarse): such a listing is never trusted twice.
 _RACY_S = 2.0
+_RELIST_NS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class PackIndex:
         self._lock = threading.Lock()
         self._packs: dict[str, Pack] = {}
         self._where: dict[str, tuple[Pack, int, int]] = {}
+        self._in_several: set[str] = set()  # ids held by more than one pack
         self._seen: tuple[int, int] | None = None  # (mtime_ns, when listed) of the listing
         self.damaged: dict[str, str] = {}  # pack path -> why it is not used
 
@@ -148,9 +150,12 @@ class PackIndex:
         except FileNotFoundError:
             mtime = -1
         seen = self._seen
-        if not force and seen is not None and seen[0] == mtime and seen[1] - mtime > _RACY_S * 1e9:
-            return False
         listed_at = time.time_ns()
+        if not force and seen is not None and seen[0] == mtime:
+            racy = seen[1] - mtime <= _RACY_S * 1e9
+            # A racy listing is redone, but not on every miss of a burst of them.
+            if not racy or listed_at - seen[1] < _RELIST_NS:
+                return False
         try:
             names = {n[: -len(SUFFIX)] for n in os.listdir(self._dir_text) if n.endswith(SUFFIX)}
         except FileNotFoundError:
@@ -193,19 +198,21 @@ class PackIndex:
 
     def _remember(self, pack: Pack) -> None:
         self._packs[pack.name] = pack
+        where = self._where
         for object_id, (offset, length) in pack.members.items():
-            self._where.setdefault(object_id, (pack, offset, length))
+            if where.setdefault(object_id, (pack, offset, length))[0] is not pack:
+                self._in_several.add(object_id)  # written by concurrent writers
 
     def _forget(self, pack: Pack) -> None:
         del self._packs[pack.name]
         for object_id in pack.members:
             if self._where.get(object_id, (None,))[0] is pack:
                 del self._where[object_id]
-                # Another pack may hold the same object (written concurrently).
-                for other in self._packs.values():
-                    if object_id in other.members:
-                        self._where[object_id] = (other, *other.members[object_id])
-                        break
+                if object_id in self._in_several:
+                    for other in self._packs.values():
+                        if object_id in other.members:
+                            self._where[object_id] = (other, *other.members[object_id])
+                            break
 
 
 HashWriter = Callable[[int, Iterable[Buffer], int], str]

@@ -283,3 +283,96 @@ def test_mapped_packed_tensor_checked_in_the_background(tmp_path: Path) -> None:
     checks.wait_for_checks()
     assert len(checks._verified) == 2
     assert MMAP_MIN_BYTES <= 512 * 512 * 4
+
+
+CRASH = """\
+import os, signal, sys
+import torch
+import memostore.object_store as object_store
+from memostore import memo
+
+point = sys.argv[1]
+real_replace, real_write_all = os.replace, object_store.write_all
+writes = 0
+
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def replace(src, dst, **kw):
+    if str(dst).endswith(".pack") and point == "before-rename":
+        die()
+    real_replace(src, dst, **kw)
+    if str(dst).endswith(".pack") and point == "after-rename":
+        die()
+
+
+def write_all(fd, data):
+    global writes
+    writes += 1
+    if point == "member-write" and writes == 3:
+        real_write_all(fd, data[: len(data) // 2])
+        die()
+    real_write_all(fd, data)
+
+
+os.replace, object_store.write_all = replace, write_all
+
+
+@memo
+def weights(seed):
+    print("RUN")
+    gen = torch.Generator().manual_seed(seed)
+    return {f"l{i}": torch.randn(64, 64, generator=gen) for i in range(8)}
+
+
+print("SUM", float(sum(t.double().sum() for t in weights(0).values())))
+"""
+
+
+@pytest.mark.parametrize("point", ["member-write", "before-rename", "after-rename"])
+def test_a_store_killed_while_writing_a_pack_loses_nothing(
+    store_dir: Path, tmp_path: Path, point: str
+) -> None:
+    script = write_script(tmp_path, "crash.py", CRASH)
+    killed = run_script(script, point, check=False)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert fsck(Store(store_dir)).problems == []
+    gc(Store(store_dir), grace_s=0)
+    assert not list((store_dir / "tmp").iterdir()) and pack_files(store_dir) == []
+    first = run_script(script, "none").stdout
+    assert "RUN" in first
+    again = run_script(script, "none").stdout
+    assert "RUN" not in again and again.splitlines()[-1] == first.splitlines()[-1]
+    assert len(pack_files(store_dir)) == 1 and fsck(Store(store_dir)).problems == []
+
+
+def test_an_object_in_two_packs_stays_found_when_one_goes(tmp_path: Path) -> None:
+    from memostore.object_store import DiskObjectStore
+
+    objects = DiskObjectStore(tmp_path / "store")
+    shared = b"s" * 5000
+    first, second = objects.new_pack(), objects.new_pack()
+    first_id = first.add((shared,), len(shared))
+    # Two writers that did not see each other's pack (as two processes may).
+    second.add((b"other" * 100,), 500)
+    second._present = lambda _i: False  # type: ignore[method-assign]
+    second.add((shared,), len(shared))
+    a, b = first.finish(), second.finish()
+    assert a is not None and b is not None and a.name != b.name
+    objects.rewrite_pack(a, [])  # gc: none of a's members reachable
+    assert objects.get_bytes(first_id) == shared
+    assert DiskObjectStore(tmp_path / "store").get_bytes(first_id) == shared
+
+
+def test_a_pack_listed_in_the_same_clock_tick_is_still_found(tmp_path: Path) -> None:
+    from memostore.object_store import DiskObjectStore
+
+    reader = DiskObjectStore(tmp_path / "store")
+    writer = DiskObjectStore(tmp_path / "store")
+    for n in range(20):  # each pack lands right after the reader's last listing
+        pack = writer.new_pack()
+        object_id = pack.add((f"member {n}".encode() * 50,), 50 * len(f"member {n}"))
+        pack.finish()
+        assert reader.get_bytes(object_id).startswith(b"member")
