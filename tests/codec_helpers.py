@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 from memostore import Store
@@ -25,3 +28,13 @@ def roundtrip(value: Any, store: Store) -> tuple[Any, str]:
     doc_id = enc.encode_value(value)
     assert digest(value) == doc_id
     return Decoder(store.objects, enc.payloads).decode_value(doc_id), doc_id
+
+
+def flip_byte_at(path: Path, at: int) -> None:
+    """Damage a store file in place: flip the lowest bit of its byte at *at*."""
+    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)  # store files are read-only
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 1]))

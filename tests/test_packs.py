@@ -7,8 +7,6 @@ processes, deduplication, gc, fsck, damage and its repair, push and pull.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import warnings
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from codec_helpers import flip_byte_at  # noqa: E402
 from conftest import run_script, write_script  # noqa: E402
 
 from memostore import Store, memo  # noqa: E402
@@ -206,15 +205,6 @@ def _all_reachable_blobs(store: Store) -> set[str]:
     return out
 
 
-def _flip(path: Path, at: int) -> None:
-    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)
-        f.seek(at)
-        f.write(bytes([byte[0] ^ 1]))
-
-
 def test_a_damaged_member_is_quarantined_and_its_pack_mates_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,7 +215,7 @@ def test_a_damaged_member_is_quarantined_and_its_pack_mates_kept(
     (pack,) = store.objects.packs.packs()
     victim = next(iter(pack.members))
     offset, length = pack.members[victim]
-    _flip(Path(pack.path), offset + length - 1)
+    flip_byte_at(Path(pack.path), offset + length - 1)
     checks.forget_verified()
     with pytest.raises(CorruptObject):
         Decoder(store.objects).decode_value(doc_id)
@@ -243,7 +233,7 @@ def test_fsck_names_a_pack_whose_index_is_damaged(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     Encoder(StoreSink(store.objects)).encode_value(tensors(3, 32))
     (pack,) = pack_files(store.root)
-    _flip(pack, pack.stat().st_size - 40)  # inside the index
+    flip_byte_at(pack, pack.stat().st_size - 40)  # inside the index
     problems = fsck(Store(store.root)).problems
     assert any(p.kind == "pack" and p.name == pack.name for p in problems)
     assert any("links missing object" in p.message for p in problems)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codec_helpers import digest, roundtrip  # noqa: E402
+from codec_helpers import digest, flip_byte_at, roundtrip  # noqa: E402
 from safetensors.torch import load as safetensors_load  # noqa: E402
 
 from memostore import MemostoreWarning, Store, forget_digest, memo  # noqa: E402
@@ -176,12 +175,7 @@ def flip_last_byte(store: Store, min_size: int) -> Path:
     else:
         path = Path(loc.pack.path)
         at = loc.offset + loc.length - 1
-    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
-    with open(path, "r+b") as f:
-        f.seek(at)
-        last = f.read(1)
-        f.seek(at)
-        f.write(bytes([last[0] ^ 1]))
+    flip_byte_at(path, at)
     return path
 
 
