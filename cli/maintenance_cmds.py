@@ -81,6 +81,8 @@ def gc(state: State, dry_run: bool, grace: float, quarantine_age: float, as_json
         f"{report.quarantine_removed} quarantined object(s) ({_size(report.quarantine_bytes)})"
     )
     out.line(f"gc: {report.reachable} object(s) reachable from refs kept")
+    if report.packs_merged:
+        out.line(f"gc: merged {report.packs_merged} small pack(s)")
     if report.kept_young:
         out.line(
             f"gc: kept {report.kept_young} unreachable object(s) younger than {duration(grace)} "

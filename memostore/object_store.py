@@ -475,28 +475,34 @@ class DiskObjectStore(BaseObjectStore):
             self.forget_cached(object_id)
 
     def rewrite_pack(self, pack: Pack, keep: Iterable[str]) -> Pack | None:
-        """Copy the members *keep* of *pack* into a new pack, then delete *pack*.
+        """Copy the members *keep* of *pack* into a new pack, then delete *pack*."""
+        return self.repack([(pack, list(keep))])
 
-        The new pack is durable before the old one goes, so a crash in between
-        leaves both (gc of the next run removes the old). A member that fails
-        its digest check is not copied.
+    def repack(self, sources: list[tuple[Pack, list[str]]]) -> Pack | None:
+        """Copy the listed members of each pack into one new pack, then delete them.
+
+        The new pack is durable before an old one goes, so a crash in between
+        leaves both (the next gc removes the old). A member that fails its
+        digest check is not copied.
         """
         writer = PackWriter(
             self.tmp_dir, self.packs.dir, _hash_while_writing, lambda _i: False, self._published
         )
         try:
-            with open(pack.path, "rb") as f:
-                for object_id in keep:
-                    offset, length = pack.members[object_id]
-                    data = _read_into(f, length, offset)
-                    with contextlib.suppress(CorruptObject):
-                        writer.add((data,), length, expected_id=object_id)
+            for pack, keep in sources:
+                with open(pack.path, "rb") as f:
+                    for object_id in keep:
+                        offset, length = pack.members[object_id]
+                        data = _read_into(f, length, offset)
+                        with contextlib.suppress(CorruptObject):
+                            writer.add((data,), length, expected_id=object_id)
             new = writer.finish()
         except BaseException:
             writer.abort()
             raise
         fsync_dir(self.packs.dir)
-        self.remove_pack(pack)
+        for pack, _ in sources:
+            self.remove_pack(pack)
         return new
 
     def _quarantine_pack(self, pack: Pack, damaged: str) -> None:

@@ -7,6 +7,7 @@ processes, deduplication, gc, fsck, damage and its repair, push and pull.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -366,3 +367,35 @@ def test_a_pack_listed_in_the_same_clock_tick_is_still_found(tmp_path: Path) -> 
         object_id = pack.add((f"member {n}".encode() * 50,), 50 * len(f"member {n}"))
         pack.finish()
         assert reader.get_bytes(object_id).startswith(b"member")
+
+
+def test_gc_merges_many_small_old_packs(tmp_path: Path) -> None:
+    from memostore.maintenance import MERGE_MIN_PACKS
+
+    store = Store(tmp_path / "store")
+    calls = []
+
+    @memo(store=store)
+    def small(seed: int) -> dict[str, torch.Tensor]:
+        calls.append(seed)
+        return tensors(3, 16, seed)
+
+    count = MERGE_MIN_PACKS + 2
+    for seed in range(count):
+        small(seed)
+    packs = pack_files(store.root)
+    assert len(packs) == count
+    old = 1_000_000_000.0
+    for path in packs[:-1]:  # one pack stays within the grace period
+        os.utime(path, (old, old))
+    report = gc(store)
+    assert report.packs_merged == count - 1 and report.deleted == []
+    assert len(pack_files(store.root)) == 2
+    fresh = Store(store.root)  # another process's view
+    assert fsck(fresh).problems == []
+    for _, target in fresh.refs.iter("evals/"):
+        result = fresh.objects.get_doc(target).body["result"]
+        assert len(Decoder(fresh.objects).decode_value(result)) == 3
+    for seed in range(count):
+        assert torch.equal(small(seed)["l2"], tensors(3, 16, seed)["l2"])
+    assert calls == list(range(count)), "every call after the merge hits"
