@@ -205,7 +205,7 @@ def _read_packed(
     if loc.length < MMAP_MIN_BYTES:
         # Small: copied out and checked at once, like a small loose blob, so that it
         # owns its storage (some torch calls read a storage from its start).
-        raw = torch.empty(0, dtype=torch.uint8).set_(storage, loc.offset, (loc.length,))
+        raw = _tensor_at(storage, loc.offset, loc.length, torch.uint8, (loc.length,))
         buf = bytearray(memoryview(raw.numpy()))
         actual = digest_bytes(buf)
         if actual != blob_id:
@@ -218,8 +218,9 @@ def _read_packed(
         pending = check_mapped(dec.objects, blob_id, loc.pack.path, stamp, _batch(dec), span)
     start = loc.offset + len(expected)
     if loc.length == len(expected) + nbytes and start % dtype.itemsize == 0:
-        return torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, size), pending
-    raw = torch.empty(0, dtype=torch.uint8).set_(storage, loc.offset, (loc.length,))
+        return _tensor_at(storage, start, nbytes, dtype, size), pending
+    # A header of another size (a blob written elsewhere): parse it.
+    raw = _tensor_at(storage, loc.offset, loc.length, torch.uint8, (loc.length,))
     view = memoryview(raw.numpy())
     return _from_buffer(view, blob_id, dtype, list(size), expected, nbytes), pending
 
@@ -255,7 +256,25 @@ def _map_data(
     says, and the check of the blob's id (``checks.py``) covers the header too.
     """
     storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=file_size)
-    return torch.empty(0, dtype=dtype).set_(storage, start // dtype.itemsize, size)
+    return _tensor_at(storage, start, file_size - start, dtype, size)
+
+
+def _tensor_at(
+    storage: torch.UntypedStorage,
+    start: int,
+    nbytes: int,
+    dtype: torch.dtype,
+    size: tuple[int, ...],
+) -> torch.Tensor:
+    """A tensor over *nbytes* of *storage* from byte *start*, on a storage of its own.
+
+    The slice is a storage of exactly the tensor's bytes that keeps the mapping
+    alive: ``torch.save``, ``copy.deepcopy`` or ``share_memory_()`` of a
+    restored tensor then handle its bytes alone, never the rest of its file (a
+    pack holds other tensors too), and calls that read a storage from its start
+    see the tensor's first byte.
+    """
+    return torch.empty(0, dtype=dtype).set_(storage[start : start + nbytes], 0, size)
 
 
 def _from_buffer(
