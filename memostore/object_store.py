@@ -502,7 +502,10 @@ class DiskObjectStore(BaseObjectStore):
             raise
         fsync_dir(self.packs.dir)
         for pack, _ in sources:
-            self.remove_pack(pack)
+            # The same members at the same places make the same pack: a source
+            # can be its own rewrite (then it is the new pack, not garbage).
+            if new is None or pack.name != new.name:
+                self.remove_pack(pack)
         return new
 
     def _quarantine_pack(self, pack: Pack, damaged: str) -> None:

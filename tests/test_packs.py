@@ -410,3 +410,24 @@ def test_gc_merges_many_small_old_packs(tmp_path: Path) -> None:
     for seed in range(count):
         assert torch.equal(small(seed)["l2"], tensors(3, 16, seed)["l2"])
     assert calls == list(range(count)), "every call after the merge hits"
+
+
+def test_repacking_into_a_pack_of_the_same_name_keeps_it(tmp_path: Path) -> None:
+    from memostore.object_store import DiskObjectStore
+
+    objects = DiskObjectStore(tmp_path / "store")
+    members = [f"member {n}".encode() * 100 for n in range(3)]
+    small, big = objects.new_pack(), objects.new_pack()
+    big._present = lambda _i: False  # type: ignore[method-assign]
+    ids = [big.add((m,), len(m)) for m in members]
+    small.add((members[0],), len(members[0]))
+    a, b = small.finish(), big.finish()
+    assert a is not None and b is not None
+    # Merged, a's one member adds nothing to b's: the new pack *is* b.
+    merged = objects.repack([(b, list(b.members)), (a, list(a.members))])
+    assert merged is not None and merged.name == b.name and Path(b.path).exists()
+    assert not Path(a.path).exists()
+    fresh = DiskObjectStore(tmp_path / "store")
+    assert [fresh.get_bytes(i) for i in ids] == members
+    assert objects.rewrite_pack(b, list(b.members)) is not None  # all kept: itself
+    assert [DiskObjectStore(tmp_path / "store").get_bytes(i) for i in ids] == members
