@@ -431,3 +431,55 @@ def test_repacking_into_a_pack_of_the_same_name_keeps_it(tmp_path: Path) -> None
     assert [fresh.get_bytes(i) for i in ids] == members
     assert objects.rewrite_pack(b, list(b.members)) is not None  # all kept: itself
     assert [DiskObjectStore(tmp_path / "store").get_bytes(i) for i in ids] == members
+
+
+READER = """\
+import sys, time, warnings
+import torch
+from memostore import Store
+from memostore.decoding import Decoder
+from torch_codecs import checks
+
+store = Store(sys.argv[1])
+doc_id, until = sys.argv[2], time.time() + float(sys.argv[3])
+gen = torch.Generator().manual_seed(0)
+expected = {f"l{i}": torch.randn(512, 512, generator=gen) for i in range(6)}
+restores = 0
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    while time.time() < until:
+        checks.forget_verified()  # every restore checks its blobs again, in the background
+        value = Decoder(store.objects).decode_value(doc_id)
+        assert all(torch.equal(value[k], expected[k]) for k in expected), "wrong bytes"
+        restores += 1
+    checks.wait_for_checks()
+assert not caught, [str(w.message) for w in caught]
+print("RESTORES", restores)
+"""
+
+
+def test_restores_in_another_process_survive_concurrent_repacks(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    store = Store(tmp_path / "store")
+    value = tensors(6, 512)  # 1 MiB each: mapped from the pack, checked in the background
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    script = write_script(tmp_path, "reader.py", READER)
+    reader = subprocess.Popen(
+        [sys.executable, str(script), str(store.root), doc_id, "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    repacks = 0
+    while reader.poll() is None:
+        (pack,) = store.objects.packs.packs()
+        order = list(pack.members)[::-1]  # another order: another pack, the old one deleted
+        store.objects.repack([(pack, order)])
+        repacks += 1
+    out, err = reader.communicate()
+    assert reader.returncode == 0, err
+    assert repacks > 10 and int(out.split()[-1]) > 10
+    assert not (store.root / "quarantine").exists(), "nothing taken for damage"
+    assert fsck(Store(store.root)).problems == []
