@@ -39,6 +39,9 @@ _DOC_CACHE_ENTRIES = 4096
 _WRITE_CHUNK = 64 << 20
 # From this size, hashing runs on a worker thread beside the writes.
 _PIPELINE_MIN_BYTES = 32 << 20
+# A packed object's read follows its pack through this many rewrites by gc
+# (each of which lists the packs again) before it reports the object missing.
+_PACK_READ_TRIES = 8
 
 
 def _check_id(object_id: str) -> None:
@@ -361,18 +364,17 @@ class DiskObjectStore(BaseObjectStore):
 
     def _read_packed(self, object_id: str) -> bytearray:
         loc = self.packs.lookup(object_id)
-        if loc is None and self.packs.refresh(force=True):
-            loc = self.packs.lookup(object_id, refresh=False)  # a pack written just now
-        for _ in range(2):
-            if loc is None:
+        for _ in range(_PACK_READ_TRIES):
+            if loc is not None:
+                try:
+                    with open(loc.pack.path, "rb") as f:
+                        return _read_into(f, loc.length, loc.offset)
+                except FileNotFoundError:
+                    pass  # its pack was rewritten or removed by gc since it was listed
+            # List the packs again: a pack written (or rewritten) since holds it.
+            if not self.packs.refresh(force=True) and loc is None:
                 break
-            try:
-                with open(loc.pack.path, "rb") as f:
-                    return _read_into(f, loc.length, loc.offset)
-            except FileNotFoundError:
-                # The pack was rewritten or removed by gc since it was listed.
-                self.packs.refresh(force=True)
-                loc = self.packs.lookup(object_id, refresh=False)
+            loc = self.packs.lookup(object_id, refresh=False)
         raise ObjectNotFound(object_id)
 
     def size_of(self, object_id: str) -> int:
