@@ -324,25 +324,27 @@ class DiskObjectStore(BaseObjectStore):
                 return True
         return self._freshen_pack(object_id, loc)
 
-    def _freshen_pack(self, object_id: str, loc: PackLocation) -> bool:
+    def _freshen_pack(self, object_id: str, loc: PackLocation | None) -> bool:
         # Reusing a value's blobs freshens its pack once per blob: once a second is
         # enough for gc's grace period, which is hours.
-        now = time.monotonic()
-        if now - self._freshened.get(loc.pack.name, -2.0) < 1.0:
+        for _ in range(_PACK_READ_TRIES):
+            if loc is None:
+                break
+            now = time.monotonic()
+            if now - self._freshened.get(loc.pack.name, -2.0) < 1.0:
+                return True
+            try:
+                os.utime(loc.pack.path)
+            except FileNotFoundError:
+                # Rewritten or removed by gc since we listed it: look again.
+                self.packs.refresh(force=True)
+                loc = self.packs.lookup(object_id, refresh=False)
+                continue
+            except OSError:
+                return True  # a read-only store: present, its time unchanged
+            self._freshened[loc.pack.name] = now
             return True
-        try:
-            os.utime(loc.pack.path)
-        except FileNotFoundError:
-            # Rewritten or removed by gc since we listed it: look again.
-            self.packs.refresh(force=True)
-            again = self.packs.lookup(object_id, refresh=False)
-            if again is None or again.pack is loc.pack:
-                return os.path.exists(self._path_text(object_id))
-            return self._freshen_pack(object_id, again)
-        except OSError:
-            return True
-        self._freshened[loc.pack.name] = now
-        return True
+        return os.path.exists(self._path_text(object_id))
 
     def _read_raw(self, object_id: str) -> bytes:
         if self.packs.lookup(object_id, refresh=False) is None:
