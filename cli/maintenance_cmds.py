@@ -83,6 +83,12 @@ def gc(state: State, dry_run: bool, grace: float, quarantine_age: float, as_json
     out.line(f"gc: {report.reachable} object(s) reachable from refs kept")
     if report.packs_merged:
         out.line(f"gc: merged {report.packs_merged} small pack(s)")
+    if report.packs_quarantined:
+        out.line(
+            f"gc: moved {report.packs_quarantined} damaged pack(s) to quarantine/ "
+            "(their objects are recomputed when next needed)",
+            style="yellow",
+        )
     if report.kept_young:
         out.line(
             f"gc: kept {report.kept_young} unreachable object(s) younger than {duration(grace)} "

@@ -102,6 +102,7 @@ class GcReport:
     unreadable: list[str] = field(default_factory=list)
     index_entries: int | None = None
     packs_merged: int = 0
+    packs_quarantined: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -396,6 +397,7 @@ def gc(
         _sweep_pack(store, pack, garbage, now - grace_s, dry_run, report, kept)
     if not dry_run:
         report.packs_merged = _merge_small_packs(store, now - grace_s)
+        report.packs_quarantined = _quarantine_damaged_packs(store)
     if store.root is not None:
         report.tmp_removed, report.tmp_bytes = _remove_old_files(
             store.root / "tmp", now - grace_s, dry_run
@@ -492,6 +494,30 @@ def _merge_small_packs(store: Store, older_than: float) -> int:
         if pack is not None:
             batch.append(pack)
     return merged
+
+
+def _quarantine_damaged_packs(store: Store) -> int:
+    """Move packs that readers cannot use (see fsck) to ``quarantine/``; return how many.
+
+    Their objects are missing to every reader already; the next call that needs
+    one recomputes it. The file is kept for the quarantine period, like a
+    damaged object, for whoever wants to look into it.
+    """
+    packs = getattr(store.objects, "packs", None)
+    if packs is None or store.root is None:
+        return 0
+    moved = 0
+    for path in list(packs.damaged):
+        target = store.root / "quarantine" / f"{Path(path).name}.{os.getpid()}-{moved}"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+        except FileNotFoundError:
+            continue
+        with contextlib.suppress(OSError):
+            os.utime(target)  # its quarantine period starts now
+        moved += 1
+    return moved
 
 
 def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> tuple[int, int]:

@@ -452,8 +452,7 @@ class DiskObjectStore(BaseObjectStore):
     def quarantine(self, object_id: str) -> None:
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
         target = self.quarantine_dir / f"{object_id}.{uuid.uuid4().hex[:8]}"
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(self.path_of(object_id), target)
+        _move_to_quarantine(self.path_of(object_id), target)
         self.forget_cached(object_id)
         loc = self.packs.lookup(object_id, refresh=False)
         if loc is not None:
@@ -525,8 +524,18 @@ class DiskObjectStore(BaseObjectStore):
                     self._write_new(object_id, (data,), length)
         self.sync()
         target = self.quarantine_dir / f"{pack.name}.pack.{uuid.uuid4().hex[:8]}"
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(pack.path, target)
+        _move_to_quarantine(Path(pack.path), target)
+
+
+def _move_to_quarantine(path: Path, target: Path) -> None:
+    """Move a damaged file aside; gc deletes it once the quarantine period has passed
+    since now (not since it was written)."""
+    try:
+        os.replace(path, target)
+    except FileNotFoundError:
+        return
+    with contextlib.suppress(OSError):
+        os.utime(target)
 
 
 def _read_into(f: Any, size: int, offset: int) -> bytearray:

@@ -171,11 +171,11 @@ class PackIndex:
                     continue
                 try:
                     pack = read_pack(path, name)
-                except FileNotFoundError:
-                    continue
-                except (DamagedPack, OSError) as exc:
+                except DamagedPack as exc:
                     self.damaged[path] = str(exc)
                     continue
+                except OSError:
+                    continue  # removed since the listing, or unreadable now: next time
                 self._remember(pack)
                 changed = True
             self._seen = (mtime, listed_at)

@@ -281,3 +281,15 @@ def test_gc_keeps_what_metric_journals_in_progress_stored(
     assert image not in gc(store, grace_s=0).deleted
     monkeypatch.setattr(recover, "journal_roots", lambda s: set())
     assert gc(store, grace_s=0).deleted == [image]
+
+
+def test_quarantine_period_counts_from_the_move(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    object_id = store.objects.add_bytes(b"old bytes" * 100)
+    path = store.objects.path_of(object_id)
+    month_ago = time.time() - 30 * 86400
+    os.utime(path, (month_ago, month_ago))  # written long ago, found damaged today
+    store.objects.quarantine(object_id)
+    report = gc(store)
+    assert report.quarantine_removed == 0
+    assert len(list((store.root / "quarantine").iterdir())) == 1

@@ -249,6 +249,10 @@ def test_fsck_names_a_pack_whose_index_is_damaged(tmp_path: Path) -> None:
     problems = fsck(Store(store.root)).problems
     assert any(p.kind == "pack" and p.name == pack.name for p in problems)
     assert any("links missing object" in p.message for p in problems)
+    report = gc(Store(store.root))
+    assert report.packs_quarantined == 1 and not pack.exists()
+    assert list((store.root / "quarantine").glob(f"{pack.name}.*")), "kept aside"
+    assert not any(p.kind == "pack" for p in fsck(Store(store.root)).problems)
 
 
 def test_push_and_pull_carry_packed_objects(store_dir: Path, tmp_path: Path) -> None:
