@@ -50,7 +50,7 @@ def _size(n: int) -> str:
     type=Duration(),
     default="14d",
     show_default=True,
-    help="Delete quarantined (damaged) objects older than this.",
+    help="Delete damaged objects and packs moved to quarantine/ longer ago than this.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @pass_state
