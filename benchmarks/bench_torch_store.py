@@ -29,7 +29,11 @@ Measures, each as the median of ``--runs`` runs (``RESULT`` lines for
 A restored blob is memory-mapped and checked against its id on a background
 thread (``torch_codecs/checks.py``); the restore is also timed with the check
 done before returning (``eager``). The per-process record of checked blobs is
-cleared before each timed restore, as in a fresh process. Run from the repository root::
+cleared before each timed restore, as in a fresh process. Before each timed
+restore (memostore's and safetensors' alike) the file system is synced, so
+that the writeback of the gigabyte just stored, which stalls file-system calls
+for milliseconds on a small machine, falls in neither timing. Run from the
+repository root::
 
     python benchmarks/bench_torch_store.py                 # 1 GiB
     python benchmarks/bench_torch_store.py --size-mib 256 --digest-mib 256 --runs 3
@@ -103,12 +107,14 @@ def bench_store_restore(size_mib: int, runs: int, work: Path) -> list[dict]:
         for mode, name in (("background", "load"), ("eager", "eager")):
             checks.forget_verified()
             checks.set_check_mode(mode)
+            os.sync()
             elapsed, restored = timed(lambda produce=produce: produce("miss"))
             checks.wait_for_checks()
             assert torch.equal(restored["layer7.weight"], sd["layer7.weight"])
             times[name].append(elapsed)
         checks.set_check_mode("background")
         checks.forget_verified()
+        os.sync()
         times["touch"].append(timed(lambda produce=produce: touch_all(produce("miss")))[0])
         checks.wait_for_checks()
         shutil.rmtree(root)
@@ -124,7 +130,9 @@ def bench_store_restore(size_mib: int, runs: int, work: Path) -> list[dict]:
                 os.close(fd)
 
         times["st_store"].append(timed(save)[0])
+        os.sync()
         times["st_load"].append(timed(lambda path=path: load_file(str(path)))[0])
+        os.sync()
         times["st_touch"].append(timed(lambda path=path: touch_all(load_file(str(path))))[0])
         path.unlink()
 

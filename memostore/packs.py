@@ -60,7 +60,7 @@ _RACY_S = 2.0
 _RELIST_NS = 20_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pack:
     """One pack file and its members: id -> (offset, length)."""
 
@@ -70,7 +70,7 @@ class Pack:
     members: dict[str, tuple[int, int]] = field(repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PackLocation:
     """Where a packed object's bytes are: *length* bytes at *offset* of *pack*."""
 
@@ -119,7 +119,7 @@ class PackIndex:
         self._dir_text = str(packs_dir)
         self._lock = threading.Lock()
         self._packs: dict[str, Pack] = {}
-        self._where: dict[str, tuple[Pack, int, int]] = {}
+        self._where: dict[str, PackLocation] = {}
         self._in_several: set[str] = set()  # ids held by more than one pack
         self._seen: tuple[int, int] | None = None  # (mtime_ns, when listed) of the listing
         self.damaged: dict[str, str] = {}  # pack path -> why it is not used
@@ -130,7 +130,7 @@ class PackIndex:
             # Read again whatever refresh says: another thread may have just loaded it.
             self.refresh()
             found = self._where.get(object_id)
-        return None if found is None else PackLocation(*found)
+        return found
 
     def contains(self, object_id: str) -> bool:
         return self.lookup(object_id) is not None
@@ -200,18 +200,19 @@ class PackIndex:
         self._packs[pack.name] = pack
         where = self._where
         for object_id, (offset, length) in pack.members.items():
-            if where.setdefault(object_id, (pack, offset, length))[0] is not pack:
+            if where.setdefault(object_id, PackLocation(pack, offset, length)).pack is not pack:
                 self._in_several.add(object_id)  # written by concurrent writers
 
     def _forget(self, pack: Pack) -> None:
         del self._packs[pack.name]
         for object_id in pack.members:
-            if self._where.get(object_id, (None,))[0] is pack:
+            found = self._where.get(object_id)
+            if found is not None and found.pack is pack:
                 del self._where[object_id]
                 if object_id in self._in_several:
                     for other in self._packs.values():
                         if object_id in other.members:
-                            self._where[object_id] = (other, *other.members[object_id])
+                            self._where[object_id] = PackLocation(other, *other.members[object_id])
                             break
 
 
