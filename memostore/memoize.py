@@ -261,12 +261,18 @@ class MemoizedFunction:
             return result
         return self._compute(store, call, args, kwargs)
 
-    @staticmethod
-    def _decode_evaluation(store: Store, evaluation_id: str) -> tuple[Any, Any, Any]:
+    def _decode_evaluation(
+        self, store: Store, evaluation_id: str, call: _Call | None
+    ) -> tuple[Any, Any, Any]:
         """(record body, decoder, restored result); body None when it holds no result."""
         body = store.evaluation(evaluation_id).body
         if body.get("status") != "ok" or body.get("result") is None:
             return None, None, None
+        if call is not None:
+            # Before the decode: the restore ends by starting the background check
+            # of mapped tensors (torch_codecs), which then shares the machine with
+            # whatever this call still does.
+            self._heal(store, call, body)
         decoder = Decoder(store.objects, body.get("payloads") or {})
         return body, decoder, decoder.decode_value(body["result"])
 
@@ -285,7 +291,7 @@ class MemoizedFunction:
                 return False, None
         try:
             try:
-                body, decoder, result = self._decode_evaluation(store, evaluation_id)
+                body, decoder, result = self._decode_evaluation(store, evaluation_id, call)
             except ObjectNotFound:
                 # Another process may have replaced the evaluation and gc freed the
                 # old one between our two reads: read the ref again, once.
@@ -293,7 +299,7 @@ class MemoizedFunction:
                 if newer is None or newer == evaluation_id:
                     raise
                 evaluation_id = newer
-                body, decoder, result = self._decode_evaluation(store, evaluation_id)
+                body, decoder, result = self._decode_evaluation(store, evaluation_id, call)
             if body is None:
                 return False, None
         except StaleCode:
@@ -305,8 +311,6 @@ class MemoizedFunction:
             _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
             return False, None
         _remember_restored(decoder, evaluation_id)
-        if call is not None:
-            self._heal(store, call, body)
         return True, result
 
     def _heal(self, store: Store, call: _Call, body: dict[str, Any]) -> None:
