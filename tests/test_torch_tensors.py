@@ -321,3 +321,21 @@ def test_mapped_blobs_with_another_header_or_a_wide_dtype_restore(tmp_path: Path
     restored = Decoder(store.objects).decode_value(doc_id)
     checks.wait_for_checks()
     assert torch.equal(restored, t)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_values_round_trip_on_cuda(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    big = torch.randn(512, 512, device="cuda")  # 1 MiB: packed, mapped, then copied over
+    small = torch.arange(10.0, device="cuda")
+    model = torch.nn.Linear(4, 4).cuda()
+    (big2, small2, model2), doc_id = roundtrip((big, small, model), store)
+    assert big2.device.type == "cuda" and torch.equal(big2, big)
+    assert small2.device.type == "cuda" and torch.equal(small2, small)
+    assert all(p.device.type == "cuda" for p in model2.parameters())
+    x = torch.randn(3, 4, device="cuda")
+    assert torch.equal(model2(x), model(x))
+    doc = store.objects.get_doc(doc_id)
+    cpu_id = Encoder(StoreSink(store.objects)).encode_value((big.cpu(), small.cpu(), model.cpu()))
+    assert doc_id != cpu_id, "the device is part of the value"
+    assert set(store.objects.get_doc(cpu_id).links.blobs) & set(doc.links.blobs), "one blob"
