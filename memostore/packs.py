@@ -247,12 +247,6 @@ class PackWriter:
         self._pos = 0
         self._members: dict[str, tuple[int, int]] = {}
 
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def __contains__(self, object_id: str) -> bool:
-        return object_id in self._members
-
     def add(self, chunks: Iterable[Buffer], size: int, expected_id: str = "") -> str:
         """Append an object unless stored already; return its id.
 

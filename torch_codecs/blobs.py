@@ -122,13 +122,13 @@ def read_tensor(
 ) -> tuple[torch.Tensor, PendingCheck | None]:
     """The tensor stored in blob *blob_id*, on the host, and its pending check if any.
 
-    A packed blob is a view of its pack, mapped once per restore; a large loose
-    blob is mapped on its own. Both are mapped copy-on-write (writing to the
-    tensor never touches the store) and checked as ``checks.py`` says; a small
-    loose one is read into a fresh buffer and checked at once. This runs once
-    per restored tensor, so the common case is kept to a few calls: the expected
-    header comes from a cache, and the pack's index (or the file's size)
-    confirms it.
+    A large packed blob is a slice of its pack, mapped once per restore; a large
+    loose blob is mapped on its own. Both are mapped copy-on-write (writing to
+    the tensor never touches the store) and checked as ``checks.py`` says; a
+    small blob, packed or loose, is copied into a fresh buffer and checked at
+    once. This runs once per restored tensor, so the common case is kept to a
+    few calls: the expected header comes from a cache, and the pack's index (or
+    the file's size) confirms it.
     """
     size = tuple(shape)
     expected, nbytes = _expected(dtype, size)
