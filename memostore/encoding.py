@@ -27,7 +27,7 @@ from .codecs import Codec, CodecRegistry, registry
 from .errors import EncodeError
 from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
 from .objects import KIND_VALUE, Doc, Links, canonical_json, digest_bytes, new_hasher
-from .packs import PACK_BLOB_MAX
+from .packs import PACK_BLOB_MAX, PACK_MAX_BYTES
 
 if TYPE_CHECKING:
     from .object_store import BaseObjectStore
@@ -143,7 +143,10 @@ class StoreSink(Sink):
             if self._pack is None:
                 self._pack = self.objects.new_pack()
             if self._pack is not None:
-                return self._pack.add(produce(), size, known_id)
+                blob_id = self._pack.add(produce(), size, known_id)
+                if self._pack.size >= PACK_MAX_BYTES:
+                    self.finish()  # a big value goes into several packs
+                return blob_id
         return self.objects.add_chunks(produce(), size, expected_id=known_id)
 
     def require(self, object_id: str, obj: Any) -> None:

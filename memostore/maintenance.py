@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING, Any
 from . import index
 from .errors import MalformedObject, MemostoreError, ObjectNotFound
 from .objects import Doc, is_doc_bytes, new_hasher
-from .packs import Pack
+from .packs import PACK_MAX_BYTES, Pack
 
 # gc merges packs smaller than this once there are MERGE_MIN_PACKS of them, into
-# packs of at most MERGED_PACK_BYTES (see _merge_small_packs).
+# packs of at most PACK_MAX_BYTES (see _merge_small_packs).
 SMALL_PACK_BYTES = 32 << 20
 MERGE_MIN_PACKS = 16
-MERGED_PACK_BYTES = 512 << 20
 
 if TYPE_CHECKING:
     from .store import Store
@@ -485,7 +484,7 @@ def _merge_small_packs(store: Store, older_than: float) -> int:
     merged = 0
     batch: list[Pack] = []
     for pack in [*sorted(small, key=lambda p: p.name), None]:
-        full = pack is None or sum(p.size for p in batch) + pack.size > MERGED_PACK_BYTES
+        full = pack is None or sum(p.size for p in batch) + pack.size > PACK_MAX_BYTES
         if full and len(batch) > 1:
             objects.repack([(p, list(p.members)) for p in batch])
             merged += len(batch)

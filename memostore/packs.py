@@ -54,6 +54,10 @@ _TRAILER = struct.Struct("<8sQQQ")
 # costs are small next to their size, and a loose file can be hard-linked by a
 # push or a snapshot, where a pack member must be copied out.
 PACK_BLOB_MAX = 8 << 20
+# A writer starts a new pack once this many bytes are in one (gc merges small
+# packs up to the same size): a partly dead pack is rewritten whole by gc, so its
+# size bounds that cost, and a restore maps one pack per this many bytes.
+PACK_MAX_BYTES = 512 << 20
 # A directory listing whose time is this close to a pack rename may have missed
 # it (file system timestamps are coarse): such a listing is never trusted twice.
 _RACY_S = 2.0
@@ -246,6 +250,11 @@ class PackWriter:
         self._tmp: Path | None = None
         self._pos = 0
         self._members: dict[str, tuple[int, int]] = {}
+
+    @property
+    def size(self) -> int:
+        """Bytes of members written so far."""
+        return self._pos
 
     def add(self, chunks: Iterable[Buffer], size: int, expected_id: str = "") -> str:
         """Append an object unless stored already; return its id.

@@ -486,3 +486,17 @@ def test_restores_in_another_process_survive_concurrent_repacks(tmp_path: Path) 
     assert repacks > 10 and int(out.split()[-1]) > 10
     assert not (store.root / "quarantine").exists(), "nothing taken for damage"
     assert fsck(Store(store.root)).problems == []
+
+
+def test_a_big_value_goes_into_several_packs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memostore.encoding
+
+    monkeypatch.setattr(memostore.encoding, "PACK_MAX_BYTES", 3 * 64 * 64 * 4)
+    store = Store(tmp_path / "store")
+    value = tensors(10, 64)
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    assert len(pack_files(store.root)) == 4, "3 + 3 + 3 + 1 tensors"
+    restored = Decoder(Store(store.root).objects).decode_value(doc_id)
+    assert all(torch.equal(restored[k], value[k]) for k in value)
