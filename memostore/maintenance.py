@@ -396,7 +396,8 @@ def gc(
         _sweep_pack(store, pack, garbage, now - grace_s, dry_run, report, kept)
     if not dry_run:
         report.packs_merged = _merge_small_packs(store, now - grace_s)
-        report.packs_quarantined = _quarantine_damaged_packs(store)
+        quarantine = getattr(store.objects, "quarantine_damaged_packs", None)
+        report.packs_quarantined = quarantine() if quarantine is not None else 0
     if store.root is not None:
         report.tmp_removed, report.tmp_bytes = _remove_old_files(
             store.root / "tmp", now - grace_s, dry_run
@@ -481,42 +482,19 @@ def _merge_small_packs(store: Store, older_than: float) -> int:
             continue
     if len(small) < MERGE_MIN_PACKS:
         return 0
-    merged = 0
+    merged = batch_bytes = 0
     batch: list[Pack] = []
     for pack in [*sorted(small, key=lambda p: p.name), None]:
-        full = pack is None or sum(p.size for p in batch) + pack.size > PACK_MAX_BYTES
+        full = pack is None or batch_bytes + pack.size > PACK_MAX_BYTES
         if full and len(batch) > 1:
             objects.repack([(p, list(p.members)) for p in batch])
             merged += len(batch)
         if full:
-            batch = []
+            batch, batch_bytes = [], 0
         if pack is not None:
             batch.append(pack)
+            batch_bytes += pack.size
     return merged
-
-
-def _quarantine_damaged_packs(store: Store) -> int:
-    """Move packs that readers cannot use (see fsck) to ``quarantine/``; return how many.
-
-    Their objects are missing to every reader already; the next call that needs
-    one recomputes it. The file is kept for the quarantine period, like a
-    damaged object, for whoever wants to look into it.
-    """
-    packs = getattr(store.objects, "packs", None)
-    if packs is None or store.root is None:
-        return 0
-    moved = 0
-    for path in list(packs.damaged):
-        target = store.root / "quarantine" / f"{Path(path).name}.{os.getpid()}-{moved}"
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
-        except FileNotFoundError:
-            continue
-        with contextlib.suppress(OSError):
-            os.utime(target)  # its quarantine period starts now
-        moved += 1
-    return moved
 
 
 def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> tuple[int, int]:

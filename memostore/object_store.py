@@ -511,6 +511,21 @@ class DiskObjectStore(BaseObjectStore):
                 self.remove_pack(pack)
         return new
 
+    def quarantine_damaged_packs(self) -> int:
+        """Move packs readers cannot use (their index does not match their name) to
+        ``quarantine/``; return how many. Their objects are already missing to
+        every reader; the file is kept for the quarantine period, like a damaged
+        object, for whoever wants to look into it."""
+        moved = 0
+        for path in list(self.packs.damaged):
+            if not os.path.exists(path):
+                continue
+            self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+            target = self.quarantine_dir / f"{Path(path).name}.{uuid.uuid4().hex[:8]}"
+            _move_to_quarantine(Path(path), target)
+            moved += 1
+        return moved
+
     def _quarantine_pack(self, pack: Pack, damaged: str) -> None:
         """Move a pack with a damaged member aside, its sound members kept as loose objects."""
         # Dropped first, so that the loose copies below are written.
