@@ -8,7 +8,11 @@ closure's digest is then taken over the set of nodes, sorted by symbol.
 
 Building a closure runs in three passes: a breadth-first walk from the root
 that collects nodes and the references between them, naming (symbols,
-made unique in walk order), and hashing.
+made unique in walk order), and hashing. How the globals, imports, cells
+and defaults a function reads become nodes (code, constant, data or
+service) is in ``_code_bindings``. A function or class whose expansion
+raises is keyed coarsely (``_code_fallback``) and listed in ``failures``;
+the walk goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import importlib.util
 import sys
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -27,9 +30,8 @@ from types import (
 )
 from typing import Any
 
-import blake3
-
-from ._code_bytecode import LocalImport
+from ._code_bindings import Bindings, wrapped_of
+from ._code_fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
 from ._code_modules import (
     PYTHON_SYMBOL,
     _under_library_root,
@@ -42,7 +44,6 @@ from ._code_modules import (
     python_digest,
 )
 from ._code_source import (
-    CodeFacts,
     class_source,
     code_facts,
     source_file,
@@ -68,7 +69,6 @@ from ._code_values import (
 
 __all__ = ["Closure", "Node"]
 
-_CODE_LIKE = (FunctionType, type, ModuleType, functools.partial, MethodType)
 # Class attributes that record how the class was built, not what it does.
 _CLASS_INTERNALS = frozenset({"_abc_impl"})
 
@@ -76,7 +76,18 @@ _CLASS_INTERNALS = frozenset({"_abc_impl"})
 class Node:
     """One dependency in a closure."""
 
-    __slots__ = ("base", "digest", "kind", "local", "obj", "refs", "source", "symbol", "tree")
+    __slots__ = (
+        "base",
+        "data",
+        "digest",
+        "kind",
+        "local",
+        "obj",
+        "refs",
+        "source",
+        "symbol",
+        "tree",
+    )
 
     def __init__(self, kind: str, base: str, obj: Any = None) -> None:
         self.kind = kind
@@ -88,6 +99,8 @@ class Node:
         self.refs: list[tuple[str, Tree]] = []
         self.tree: Tree | None = None  # a constant's value
         self.digest = ""
+        # A data node's (namespace, name): where its value is read at each call.
+        self.data: tuple[Any, str] | None = None
 
 
 def _underlying_functions(value: Any) -> list[Any]:
@@ -103,19 +116,12 @@ def _underlying_functions(value: Any) -> list[Any]:
     return []
 
 
-def _wrapped_of(value: Any) -> Any:
-    attrs = getattr(value, "__dict__", None)
-    if isinstance(attrs, dict):
-        return attrs.get("__wrapped__", MISSING)
-    return MISSING
-
-
 def _container_label(key: Any) -> str:
     text = repr(key) if type(key) in SCALARS else f"<{type(key).__name__}>"
     return f"[{text}]" if len(text) <= 80 else "[...]"
 
 
-class Closure:
+class Closure(Bindings):
     """One traversal from a root; build it, then read ``root`` and ``nodes``."""
 
     def __init__(self, ignore: IgnoreRules, digest_value: Callable[[Any], str]) -> None:
@@ -127,13 +133,19 @@ class Closure:
         self._queue: deque[tuple[Callable[..., None], Node, Any]] = deque()
         self._state_names: dict[int, frozenset[str]] = {}
         self._saw_mutable = False
+        # (symbol, what failed, how it was keyed instead): each function, class
+        # or binding the scan failed on.
+        self.failures: list[tuple[str, str, str]] = []
 
     # -- entry points -------------------------------------------------------------------------
     def build(self, root: Any) -> Node:
         node = self._root_node(root)
         while self._queue:
             expand, pending, obj = self._queue.popleft()
-            expand(pending, obj)
+            try:
+                expand(pending, obj)
+            except Exception as exc:  # one function or class must not break the call
+                self._fall_back(pending, obj, exc)
         self._name_and_hash()
         return node
 
@@ -226,7 +238,7 @@ class Closure:
             user = filename.startswith("<") or not _under_library_root(filename)
         if not user:
             found = self.external_tree(module_name)
-            wrapped = _wrapped_of(func)
+            wrapped = wrapped_of(func)
             if wrapped is not MISSING:
                 return ("wrapper", found, self.tree(wrapped, hint))
             return found
@@ -265,7 +277,7 @@ class Closure:
     def object_tree(self, value: Any, hint: str | None) -> Tree:
         """A value that is not hashed: its type's name, and its type as a dependency."""
         found: Tree = ("object", type_name(type(value)), self.class_tree(type(value), None))
-        wrapped = _wrapped_of(value)
+        wrapped = wrapped_of(value)
         if wrapped is not MISSING:
             found = ("wrapper", found, self.tree(wrapped, hint))
         return found
@@ -353,176 +365,12 @@ class Closure:
             items.append(item_tree)
         return ("set" if t in (set, frozenset) else "seq", t.__name__, items)
 
-    # -- bindings -----------------------------------------------------------------------------
-    def binding_tree(
-        self, namespace: dict[str, Any], module: str, name: str, value: Any, state: frozenset[str]
-    ) -> Tree:
-        """A global read by the user's code: the object it names, or a constant node."""
-        symbol = f"{module}:{name}"
-        if name not in state and (
-            isinstance(value, (*_CODE_LIKE, *BUILTIN_CALLABLES))
-            # A decorated function (``@memo``, ``lru_cache``): the wrapper's type
-            # and the user's function inside, which keeps the symbol.
-            or _wrapped_of(value) is not MISSING
-        ):
-            return self.tree(value, symbol)
-        key = ("binding", id(namespace), name)
-        node = self._by_key.get(key)
-        if node is not None:
-            return ("ref", node)
-        self._saw_mutable = False
-        found = None if name in state else self.constant_tree(value, symbol, set())
-        if found is None:
-            node = self._add(key, "object", symbol, value)
-            node.digest = blake3.blake3(type_name(type(value)).encode()).hexdigest()
-            node.refs.append(("type", self.object_tree(value, symbol)))
-            why = "rebound at run time" if name in state else "not hashed"
-            node.source = f"{name}: {type_name(type(value))} instance ({why})"
-        else:
-            node = self._add(key, "constant", symbol, value)
-            node.tree = found
-            node.refs.append(("value", found))
-            node.source = f"{name} = {render_constant(value)}"
-            if self._saw_mutable:
-                self.guards.snapshot(value)
-        return ("ref", node)
-
-    def _module_state(self, namespace: dict[str, Any]) -> frozenset[str]:
-        """Names some function of the module rebinds with ``global``: state, not constants."""
-        found = self._state_names.get(id(namespace))
-        if found is None:
-            file = namespace.get("__file__")
-            sf = source_file(file, namespace) if isinstance(file, str) else None
-            found = sf.global_decls if sf is not None else frozenset()
-            self._state_names[id(namespace)] = found
-        return found
-
-    def _follow(
-        self,
-        node: Node,
-        label: str,
-        namespace: dict[str, Any],
-        module: str,
-        name: str,
-        value: Any,
-        attrs: tuple[str, ...],
-        state: frozenset[str],
-    ) -> None:
-        """Resolve ``value.attr.attr...`` through the user's modules and record the result."""
-        path = [label]
-        for attr in attrs:
-            if not (isinstance(value, ModuleType) and is_user_module(value)):
-                break
-            if self.ignore.has_name(value.__name__, attr):
-                return
-            inner = value.__dict__
-            found = inner.get(attr, MISSING)
-            self.guards.bind(inner, attr, found)
-            if found is MISSING:
-                break
-            namespace, module, name, value = inner, value.__name__, attr, found
-            state = self._module_state(inner)
-            path.append(attr)
-        if self.ignore.has_object(value):
-            return
-        node.refs.append((".".join(path), self.binding_tree(namespace, module, name, value, state)))
-
-    def _read_globals(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
-        namespace = func.__globals__
-        module = real_module(func)
-        state = self._module_state(namespace) | facts.stored_globals
-        for chain in facts.chains:
-            name = chain[0]
-            if self.ignore.has_name(module, name):
-                continue
-            value = namespace.get(name, MISSING)
-            self.guards.bind(namespace, name, value)
-            label = f"{prefix}global:{name}"
-            if value is MISSING:
-                builtins = namespace.get("__builtins__")
-                builtins = getattr(builtins, "__dict__", builtins)
-                if isinstance(builtins, dict) and name in builtins:
-                    if not self.ignore.has_object(builtins[name]):
-                        node.refs.append((label, self.python_tree()))
-                else:
-                    node.refs.append((label, ("unbound",)))
-                continue
-            self._follow(node, label, namespace, module, name, value, chain[1:], state)
-
-    def _read_imports(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
-        if not facts.imports:
-            return
-        bound: dict[str, tuple[Any, dict[str, Any], str, str] | None] = {}
-        for local, imp in facts.imports:
-            label = f"{prefix}import:{local}"
-            name = _absolute(imp, func.__globals__)
-            module = sys.modules.get(name) if name else None
-            if name:
-                self.guards.bind(sys.modules, name, MISSING if module is None else module)
-            if module is None:
-                node.refs.append((label, self.unimported_tree(name) if name else ("unbound",)))
-                bound[local] = None
-                continue
-            if imp.attr is None:
-                if not imp.submodule:
-                    top = name.partition(".")[0]
-                    module = sys.modules.get(top, module)
-                bound[local] = (module, sys.modules, module.__name__, module.__name__)
-                node.refs.append((label, self.module_tree(module)))
-                continue
-            value = module.__dict__.get(imp.attr, MISSING)
-            self.guards.bind(module.__dict__, imp.attr, value)
-            if value is MISSING:
-                value = sys.modules.get(f"{name}.{imp.attr}", MISSING)
-            if value is MISSING:
-                node.refs.append((label, ("unbound",)))
-                bound[local] = None
-                continue
-            bound[local] = (value, module.__dict__, module.__name__, imp.attr)
-            state = self._module_state(module.__dict__)
-            tree = self.binding_tree(module.__dict__, module.__name__, imp.attr, value, state)
-            node.refs.append((label, tree))
-        for chain in facts.import_chains:
-            start = bound.get(chain[0])
-            if start is None or len(chain) < 2:
-                continue
-            value, namespace, module_name, name = start
-            label = f"{prefix}import:{chain[0]}"
-            state = self._module_state(namespace) if namespace is not sys.modules else frozenset()
-            self._follow(node, label, namespace, module_name, name, value, chain[1:], state)
-
-    def _read_function(self, node: Node, func: FunctionType, facts: CodeFacts, prefix: str) -> None:
-        """Globals, imports, closure cells, defaults and wrapped function of *func*."""
-        self._read_globals(node, func, facts, prefix)
-        self._read_imports(node, func, facts, prefix)
-        symbol = function_symbol(func)
-        for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
-            label = f"{prefix}cell:{name}"
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                node.refs.append((label, ("empty",)))
-                continue
-            if self.ignore.has_object(value):
-                continue
-            if name in facts.stored_derefs:
-                node.refs.append((label, self.object_tree(value, None)))
-            else:
-                node.refs.append((label, self.tree(value, f"{symbol}.<{name}>")))
-        for i, value in enumerate(func.__defaults__ or ()):
-            node.refs.append((f"{prefix}default:{i}", self.tree(value, None)))
-        for name, value in sorted((func.__kwdefaults__ or {}).items()):
-            node.refs.append((f"{prefix}kwdefault:{name}", self.tree(value, None)))
-        wrapped = _wrapped_of(func)
-        if wrapped is not MISSING:
-            node.refs.append((f"{prefix}wrapped", self.tree(wrapped, None)))
-
     # -- expansion ----------------------------------------------------------------------------
     def _expand_function(self, node: Node, func: FunctionType) -> None:
         facts = code_facts(func.__code__, func.__globals__)
         node.local = facts.digest
         node.source = facts.source
-        self._read_function(node, func, facts, "")
+        self.read_function(node, func, facts, "")
         owner = _owner_class(func)
         if owner is not None:
             node.refs.append(("owner", self.class_tree(owner, None)))
@@ -581,7 +429,7 @@ class Closure:
                 node.refs.append((f"attr:{name}", (type(value).__name__,)))
                 for f in functions:
                     facts = code_facts(f.__code__, f.__globals__)
-                    self._read_function(node, f, facts, f"{name}.")
+                    self.read_function(node, f, facts, f"{name}.")
                 continue
             node.refs.append((f"attr:{name}", self.tree(value, f"{node.base}.{name}")))
         fields = attrs.get("__dataclass_fields__")
@@ -591,6 +439,18 @@ class Closure:
                     value = getattr(fld, what, dataclasses.MISSING)
                     if value is not dataclasses.MISSING:
                         node.refs.append((f"field:{name}.{what}", self.tree(value, None)))
+
+    def _fall_back(self, node: Node, obj: Any, exc: Exception) -> None:
+        """Key a function or class the scan failed on coarsely, by its module's text and bytecode.
+
+        What the expansion had already read stays in ``node.refs``.
+        """
+        why = f"scanning it: {describe(exc)}"
+        self.failures.append((node.base, why, CODE_FALLBACK))
+        if isinstance(obj, FunctionType):
+            node.local, node.source = code_fallback(obj.__code__, obj.__globals__, why)
+        else:
+            node.local, node.source = class_fallback(obj, why)
 
     # -- naming and hashing -------------------------------------------------------------------
     def _name_and_hash(self) -> None:
@@ -607,6 +467,10 @@ class Closure:
             if node.kind == "constant":
                 node.digest = encode_tree(node.tree)  # type: ignore[arg-type]
                 continue
+            if node.kind == "data":
+                # The value keys each call; the code digest only says that it is read.
+                node.digest = hash_parts(["data", node.symbol])
+                continue
             entries = sorted(f"{label}={encode_tree(tree)}" for label, tree in node.refs)
             node.digest = hash_parts([node.kind, node.local, *entries])
 
@@ -615,16 +479,6 @@ def _is_distribution(module_name: str) -> bool:
     from ._code_modules import _packages_distributions
 
     return module_name.partition(".")[0] in _packages_distributions()
-
-
-def _absolute(imp: LocalImport, namespace: dict[str, Any]) -> str | None:
-    if imp.level == 0:
-        return imp.module
-    package = namespace.get("__package__") or namespace.get("__name__", "")
-    try:
-        return importlib.util.resolve_name("." * imp.level + imp.module, package)
-    except (ImportError, ValueError):
-        return None
 
 
 def _owner_class(func: FunctionType) -> type | None:

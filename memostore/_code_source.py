@@ -27,6 +27,7 @@ from typing import Any
 import blake3
 
 from ._code_bytecode import LocalImport, bytecode_digest, code_tree, scan_dis, scan_fast
+from ._code_fallback import code_fallback, describe
 
 __all__ = [
     "CodeFacts",
@@ -41,6 +42,10 @@ __all__ = [
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)
+_DEFINITIONS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
+_SCOPE_TYPES = frozenset(_SCOPES)
+# Field values written as their ``repr`` (what ``normalised_dump`` does for any non-node).
+_LEAVES = frozenset({type(None), str, int, float, complex, bool, bytes, type(...)})
 # Fields that only record how the source was written.
 _SKIP_FIELDS = frozenset({"type_comment", "kind"})
 
@@ -56,8 +61,15 @@ def _has_docstring(body: list[ast.stmt]) -> bool:
     )
 
 
-def normalised_dump(node: ast.AST) -> str:
-    """A canonical text of *node*: no positions, comments, type comments or docstrings."""
+def normalised_dump(node: ast.AST, parts: dict[int, str] | None = None) -> str:
+    """A canonical text of *node*: no positions, comments, type comments or docstrings.
+
+    Args:
+        node: The syntax tree.
+        parts: The texts of definitions dumped before, by ``id`` of their
+            node, reused and filled in: a class's text holds its methods',
+            which are hashed on their own too.
+    """
     out: list[str] = []
     append = out.append
     fields_of = _fields_of
@@ -77,16 +89,39 @@ def normalised_dump(node: ast.AST) -> str:
                 append(repr(value))
                 return
             fields = fields_of[t] = tuple(f for f in t._fields if f not in _SKIP_FIELDS)
+        start = -1
+        if parts is not None and t in _DEFINITIONS:
+            found = parts.get(id(value))
+            if found is not None:
+                append(found)
+                return
+            start = len(out)
         append(t.__name__)
         append("(")
-        scope = isinstance(value, _SCOPES)
+        scope = t in _SCOPE_TYPES
         for name in fields:
             item = getattr(value, name, None)
             if scope and name == "body" and _has_docstring(item):
                 item = item[1:]
-            dump(item)
+            # Leaves (names, numbers, ``None``, ``Load()``) inline: most of a tree is leaves.
+            leaf = type(item)
+            if leaf in _LEAVES:
+                append(repr(item))
+            elif leaf is list:
+                append("[")
+                for element in item:
+                    dump(element)
+                    append(",")
+                append("]")
+            elif fields_of.get(leaf) == ():
+                append(leaf.__name__)
+                append("()")
+            else:
+                dump(item)
             append(",")
         append(")")
+        if start >= 0:
+            parts[id(value)] = "".join(out[start:])  # type: ignore[index]
 
     dump(node)
     return "".join(out)
@@ -116,6 +151,7 @@ class SourceFile:
     # Names some function in the file declares ``global``: state, not constants.
     global_decls: frozenset[str]
     _digests: dict[int, str] = field(default_factory=dict)
+    _dumps: dict[int, str] = field(default_factory=dict)  # see ``normalised_dump``
     _compiled: dict[tuple[str, int], list[CodeType]] | None = None
     _lambdas: dict[int, list[ast.Lambda]] | None = None  # by line, filled on demand
     _unchanged_since_start: bool | None = None
@@ -125,7 +161,7 @@ class SourceFile:
         key = id(node)
         found = self._digests.get(key)
         if found is None:
-            found = blake3.blake3(normalised_dump(node).encode()).hexdigest()
+            found = blake3.blake3(normalised_dump(node, self._dumps).encode()).hexdigest()
             self._digests[key] = found
         return found
 
@@ -321,7 +357,7 @@ def source_file(filename: str, module_globals: dict[str, Any] | None = None) -> 
     with _lock:
         try:
             tree = ast.parse("".join(lines), filename)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError):
             parsed = None
         else:
             parsed = _index(filename, lines, tree)
@@ -402,6 +438,11 @@ class CodeFacts:
     import_chains: tuple[tuple[str, ...], ...]  # local import name, then attributes
     filename: str
     span: tuple[int, int] | None  # first and last line of the definition in the file
+    # Why the scanner failed on this code, when it did: the digest is then the
+    # coarse one of ``_code_fallback`` and ``source`` says so.
+    failure: str | None = None
+    # Every name the code mentions, when its bytecode could not be scanned.
+    fallback_names: tuple[str, ...] = ()
 
 
 # id(code) -> (weak reference to the code, facts). Code objects are immutable,
@@ -428,26 +469,36 @@ def code_facts(code: CodeType, module_globals: dict[str, Any] | None = None) -> 
 
 
 def _compute_facts(code: CodeType, module_globals: dict[str, Any] | None) -> CodeFacts:
-    sf = source_file(code.co_filename, module_globals)
-    node = find_definition(code, sf) if sf is not None else None
-    if sf is not None and node is not None and sf.matches(code):
-        digest = "ast:" + sf.digest(node)
-        source: str | None = sf.text(node)
-        span: tuple[int, int] | None = sf.span(node)
-    else:
-        digest = "bytecode:" + bytecode_digest(code)
-        source, span = None, None
+    failures: list[str] = []
+    digest, source, span = "", None, None
+    try:
+        digest, source, span = _own_digest(code, module_globals)
+    except Exception as exc:  # one function the scanner cannot read must not break the call
+        failures.append(f"reading its source: {describe(exc)}")
     codes = code_tree(code)
     chains: dict[tuple[str, ...], None] = {}
     stored: set[str] = set()
-    needs_dis = False
-    for c in codes:
-        needs_dis = scan_fast(c, chains, stored) or needs_dis
     imports: dict[str, LocalImport] = {}
     import_chains: dict[tuple[str, ...], None] = {}
     derefs: set[str] = set()
-    if needs_dis:
-        imports, import_chains, derefs = scan_dis(codes)
+    fallback_names: tuple[str, ...] = ()
+    try:
+        needs_dis = False
+        for c in codes:
+            needs_dis = scan_fast(c, chains, stored) or needs_dis
+        if needs_dis:
+            imports, import_chains, derefs = scan_dis(codes)
+    except Exception as exc:
+        failures.append(f"scanning its bytecode: {describe(exc)}")
+        # Every name the code mentions may be a global it reads: the closure follows
+        # them all (and hashes the user modules among them whole).
+        fallback_names = tuple(dict.fromkeys(name for c in codes for name in c.co_names))
+        chains = {(name,): None for name in fallback_names}
+        stored, imports, import_chains, derefs = set(), {}, {}, set()
+    failure = "; ".join(failures) or None
+    if failure is not None:
+        digest, why = code_fallback(code, module_globals, failure)
+        source = why + (source or "")
     return CodeFacts(
         digest=digest,
         source=source,
@@ -458,7 +509,20 @@ def _compute_facts(code: CodeType, module_globals: dict[str, Any] | None) -> Cod
         import_chains=tuple(import_chains),
         filename=code.co_filename,
         span=span,
+        failure=failure,
+        fallback_names=fallback_names,
     )
+
+
+def _own_digest(
+    code: CodeType, module_globals: dict[str, Any] | None
+) -> tuple[str, str | None, tuple[int, int] | None]:
+    """The digest of *code* itself: of its definition's source, else of its bytecode."""
+    sf = source_file(code.co_filename, module_globals)
+    node = find_definition(code, sf) if sf is not None else None
+    if sf is not None and node is not None and sf.matches(code):
+        return "ast:" + sf.digest(node), sf.text(node), sf.span(node)
+    return "bytecode:" + bytecode_digest(code), None, None
 
 
 def class_source(

@@ -108,11 +108,27 @@ class Guards:
     def __init__(self) -> None:
         # (id(namespace), key) -> (namespace, key, value read or MISSING)
         self.bindings: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+        # Data globals: only the type of the value is checked (the value keys each call).
+        self.types: dict[tuple[int, str], tuple[Any, str, type]] = {}
         self.sizes: dict[int, tuple[Any, int]] = {}  # class dicts: entries added or removed
         self.snapshots: list[tuple[Any, Any]] = []
 
     def bind(self, mapping: Any, key: str, value: Any) -> None:
-        self.bindings.setdefault((id(mapping), key), (mapping, key, value))
+        """Watch ``mapping[key]`` for rebinding (to another object, or added or removed)."""
+        slot = (id(mapping), key)
+        if slot not in self.types:
+            self.bindings.setdefault(slot, (mapping, key, value))
+
+    def bind_type(self, mapping: Any, key: str, value: Any) -> None:
+        """Watch only the type of ``mapping[key]``: a data global is read at every call anyway.
+
+        Rebinding it to another value of the same type, or mutating it, keeps
+        the closure; another type (a service object, a constant, another
+        class whose code is a dependency) rebuilds it.
+        """
+        slot = (id(mapping), key)
+        self.bindings.pop(slot, None)
+        self.types[slot] = (mapping, key, type(value))
 
     def class_dict(self, cls: type) -> Any:
         """Start watching a class's ``__dict__``; bind its entries one by one."""
@@ -160,6 +176,7 @@ class Guards:
             expected.append(values)
         id_maps, id_keys, id_values = _columns(by_identity)
         miss_maps, miss_keys, _ = _columns(missing)
+        type_maps, type_keys, type_values = _columns(list(self.types.values()))
         proxies = tuple(proxy for proxy, _ in self.sizes.values())
         sizes = [size for _, size in self.sizes.values()]
         snapshot_values = tuple(value for value, _ in self.snapshots)
@@ -174,6 +191,10 @@ class Guards:
                     and not any(map(contains, miss_maps, miss_keys))
                     and list(map(len, proxies)) == sizes
                     and all(map(eq, snapshot_values, snapshot_copies))
+                    and (
+                        not type_maps
+                        or all(map(is_, map(type, map(getitem, type_maps, type_keys)), type_values))
+                    )
                 )
             except Exception:  # a key deleted, an __eq__ that raises: rebuild
                 return False

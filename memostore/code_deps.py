@@ -11,14 +11,21 @@ states the rules; in short:
 * a function's or class's own digest is that of its syntax tree without
   docstrings, comments, formatting or line numbers (its normalised bytecode
   when no source exists);
-* a global is hashed by value only when it is constant-like (scalars,
-  enums, and builtin containers of those, of functions and of classes);
-  any other object -- a logger, a writer, a tensor -- enters by its type's
-  name only, and :func:`ignore_global` leaves a global out altogether.
+* a global is hashed by value into the digest when it is constant-like
+  (scalars, enums, and builtin containers of those, of functions and of
+  classes);
+* any other global holds *data* (a model, a tensor, an optimizer, parsed
+  arguments): it is listed in ``CodeInfo.data_globals`` and keyed by its
+  value at every call by the memoize layer, not by the code digest; only
+  *service* objects (loggers, writers, locks, files, progress bars: see
+  ``_code_globals.SERVICE_TYPES``) enter by their type's name alone;
+* :func:`ignore_global` leaves a global out altogether.
 
 Results are cached per function object and re-checked on each call against
 every global binding the closure read, so rebinding a constant (re-running
-a notebook cell) is seen.
+a notebook cell) is seen. A failure inside the scanner never breaks the
+call: the code it failed on is keyed coarsely (see ``_code_fallback``) and
+a :class:`~memostore.errors.MemostoreWarning` names it.
 """
 
 from __future__ import annotations
@@ -26,19 +33,30 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import warnings
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
-from types import FunctionType, MethodType
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import CodeType, FunctionType, MethodType
 from typing import Any, TypeVar
 
 import blake3
 
+from ._code_fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
 from ._code_graph import Closure
 from ._code_modules import is_user_module
-from ._code_values import IgnoreRules, is_pure
+from ._code_values import IgnoreRules, hash_parts, is_pure
+from .errors import MemostoreWarning
 
-__all__ = ["CodeInfo", "Dependency", "code_info", "ignore_global", "is_user_module"]
+__all__ = [
+    "CodeInfo",
+    "DataGlobal",
+    "Dependency",
+    "code_info",
+    "data_globals",
+    "ignore_global",
+    "is_user_module",
+]
 
 T = TypeVar("T")
 
@@ -53,18 +71,49 @@ class Dependency:
             distribution; ``"python"`` for the standard library and builtins;
             a dotted module name for a module imported inside a function body
             that had not been imported yet.
-        kind: ``"function"``, ``"class"``, ``"constant"``, ``"object"`` (a
-            global hashed by type only), ``"distribution"``, ``"python"`` or
-            ``"module"``.
+        kind: ``"function"``, ``"class"``, ``"constant"``, ``"data"`` (a
+            value keyed at each call, see :class:`DataGlobal`; its digest
+            covers its symbol and kind only), ``"object"`` (a service object,
+            by type only), ``"distribution"``, ``"python"`` or ``"module"``.
         digest: 64-hex blake3 digest.
-        source: Source text for diffs (a constant's rendered value); None for
-            distributions and Python, and for code without source.
+        source: Source text for diffs (a constant's rendered value, a data or
+            service object's type); None for distributions and Python, and
+            for code without source. Code the scanner failed on has a source
+            that starts with ``# not scanned (...)`` and says how it was keyed.
     """
 
     symbol: str
     kind: str
     digest: str
     source: str | None
+
+
+@dataclass(frozen=True)
+class DataGlobal:
+    """A value the closure's code reads that keys each call by its value (not by the code digest).
+
+    The caller reads ``namespace[name]`` (or :meth:`read`) at every call and
+    hashes it as an implicit argument: a module-level model, optimizer,
+    loader or ``args`` read by the function or by any helper, method or
+    class of its closure.
+
+    Attributes:
+        symbol: The dependency's symbol in ``CodeInfo.deps`` (kind ``"data"``):
+            ``"module:name"`` for a module global, ``"module:qualname.<name>"``
+            for a closure cell or a parameter's default value.
+        namespace: Where the value lives: the module's globals dict for a
+            global; for a cell or a default, a read-only live view of it (a
+            ``Mapping`` with the one key *name*). Excluded from ``==`` and hashing.
+        name: The key of the value in *namespace*.
+    """
+
+    symbol: str
+    namespace: Mapping[str, Any] = field(compare=False, hash=False, repr=False)
+    name: str
+
+    def read(self) -> Any:
+        """The value now (``KeyError`` when it was deleted)."""
+        return self.namespace[self.name]
 
 
 @dataclass(frozen=True)
@@ -76,11 +125,14 @@ class CodeInfo:
         digest: 64-hex blake3 over the root symbol and every dependency's
             ``(symbol, kind, digest)``, sorted by symbol.
         deps: Every dependency, the root included, keyed by symbol.
+        data_globals: The values to key each call by, sorted by symbol: one
+            per dependency of kind ``"data"``.
     """
 
     symbol: str
     digest: str
     deps: dict[str, Dependency]
+    data_globals: tuple[DataGlobal, ...] = ()
 
 
 _ignore = IgnoreRules()
@@ -143,9 +195,15 @@ def code_info(obj: Any) -> CodeInfo:
     Returns:
         The closure. The first call per object builds it; later calls return
         the cached result after checking that no global binding it read has
-        been rebound, that the root's code and defaults are the same objects,
-        that no class in it gained, lost or replaced an attribute, and that
-        mutable constants (lists, dicts, sets) still compare equal.
+        been rebound (for a data global, that its value's type is the same:
+        the value keys each call, see ``CodeInfo.data_globals``), that the
+        root's code and defaults are the same objects, that no class in it
+        gained, lost or replaced an attribute, and that mutable constants
+        (lists, dicts, sets) still compare equal.
+
+        A failure inside the scanner does not raise: what it failed on is
+        keyed by its module's whole text and its bytecode, and named in one
+        :class:`~memostore.errors.MemostoreWarning`.
 
     Raises:
         TypeError: *obj* is not code.
@@ -192,15 +250,72 @@ def _unwrap(obj: Any) -> Any:
 
 def _build(obj: Any) -> tuple[CodeInfo, Callable[[], bool]]:
     closure = Closure(_ignore, _value_digester())
-    root = closure.build(obj)
+    try:
+        root = closure.build(obj)
+    except Exception as exc:  # the scanner itself failed: key the root coarsely
+        return _fallback_info(obj, closure.failures, exc), lambda: True
     deps = {
         node.symbol: Dependency(node.symbol, node.kind, node.digest, node.source)
         for node in closure.nodes
     }
-    listing = [[symbol, deps[symbol].kind, deps[symbol].digest] for symbol in sorted(deps)]
-    text = json.dumps({"root": root.symbol, "deps": listing}, separators=(",", ":"))
-    info = CodeInfo(root.symbol, blake3.blake3(text.encode()).hexdigest(), deps)
+    data = tuple(
+        DataGlobal(node.symbol, node.data[0], node.data[1])
+        for node in sorted(closure.nodes, key=lambda n: n.symbol)
+        if node.kind == "data" and node.data is not None
+    )
+    info = CodeInfo(root.symbol, _closure_digest(root.symbol, deps), deps, data)
+    _warn(closure.failures)
     return info, closure.guards.checker()
+
+
+def _closure_digest(root: str, deps: dict[str, Dependency]) -> str:
+    listing = [[symbol, deps[symbol].kind, deps[symbol].digest] for symbol in sorted(deps)]
+    text = json.dumps({"root": root, "deps": listing}, separators=(",", ":"))
+    return blake3.blake3(text.encode()).hexdigest()
+
+
+def _fallback_info(obj: Any, failures: list[tuple[str, str, str]], exc: Exception) -> CodeInfo:
+    """A closure of the root alone, keyed by its module's text and bytecode."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    symbol = f"{module if isinstance(module, str) else '<unknown>'}:{qualname}"
+    why = f"building its closure: {describe(exc)}"
+    func = getattr(obj, "func", obj)  # a functools.partial: its function
+    if isinstance(obj, type):
+        local, source = class_fallback(obj, why)
+        kind = "class"
+    elif isinstance(getattr(func, "__code__", None), CodeType):
+        local, source = code_fallback(func.__code__, getattr(func, "__globals__", None), why)
+        kind = "function"
+    else:
+        local, source, kind = f"fallback:{id(obj)}", f"# not scanned ({why})\n", "function"
+    deps = {symbol: Dependency(symbol, kind, hash_parts([kind, local]), source)}
+    _warn([*failures, (symbol, why, CODE_FALLBACK)])
+    return CodeInfo(symbol, _closure_digest(symbol, deps), deps)
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn(failures: list[tuple[str, str, str]]) -> None:
+    """One warning per function (or binding) the scanner failed on, once per process."""
+    for symbol, why, instead in failures:
+        if (symbol, why) in _warned:
+            continue
+        _warned.add((symbol, why))
+        warnings.warn(
+            f"memostore could not scan the code of {symbol} ({why}); {instead}",
+            MemostoreWarning,
+            stacklevel=4,
+        )
+
+
+def data_globals(obj: Any) -> tuple[DataGlobal, ...]:
+    """What keys each call of *obj* besides its arguments: ``code_info(obj).data_globals``.
+
+    As cheap as :func:`code_info` after its first call: the closure is cached.
+    """
+    return code_info(obj).data_globals
 
 
 def ignore_global(obj_or_name: T) -> T:

@@ -365,7 +365,7 @@ def test_ignore_global_by_bare_name(make_module) -> None:
     assert code_info(mod.f).digest != first
 
 
-def test_state_and_objects_are_not_hashed_by_value(make_module) -> None:
+def test_state_and_objects_are_not_in_the_code_digest(make_module) -> None:
     mod = make_module(
         "state",
         """
@@ -387,13 +387,16 @@ def test_state_and_objects_are_not_hashed_by_value(make_module) -> None:
     )
     info = code_info(mod.f)
     name = mod.__name__
-    assert info.deps[f"{name}:CALLS"].kind == "object"  # rebound with ``global``
-    assert info.deps[f"{name}:LOCK"].kind == "object"
-    assert info.deps[f"{name}:WRITER"].kind == "object"
+    assert info.deps[f"{name}:CALLS"].kind == "data"  # rebound with ``global``: read per call
+    assert info.deps[f"{name}:LOCK"].kind == "object"  # a service
+    assert info.deps[f"{name}:WRITER"].kind == "data"  # an instance of the user's class
     assert info.deps[f"{name}:Writer"].kind == "class"  # the object's class is code
+    assert [d.symbol for d in info.data_globals] == [f"{name}:CALLS", f"{name}:WRITER"]
     mod.bump()
     mod.WRITER = mod.Writer()
-    assert code_info(mod.f).digest == info.digest
+    mod.LOCK.acquire()
+    mod.LOCK.release()
+    assert code_info(mod.f) is info
 
 
 def test_closures_defaults_and_partials(make_module) -> None:
@@ -575,6 +578,44 @@ def test_fast_scanner_agrees_with_dis(module_name: str) -> None:
         _code_bytecode.scan_fast(c, found, set())
         facts_chains.update(found)
     assert facts_chains == _reference_chains(code)
+
+
+@pytest.mark.parametrize(
+    "module_name", ["inspect", "typing", "importlib._bootstrap", "asyncio.base_events"]
+)
+def test_instruction_decoder_agrees_with_dis(module_name: str) -> None:
+    """``scan_dis`` and ``bytecode_digest`` decode ``co_code`` themselves: names match ``dis``."""
+    module = importlib.import_module(module_name)
+    code = compile(Path(module.__file__).read_text(), module.__file__, "exec")
+    checked = 0
+    for c in _code_bytecode.code_tree(code):
+        ours = _code_bytecode._instructions(c)
+        theirs = [
+            i for i in dis.get_instructions(c) if i.opname not in ("NOP", "CACHE", "EXTENDED_ARG")
+        ]
+        assert [op for op, _ in ours] == [i.opname for i in theirs]
+        for (op, argval), ins in zip(ours, theirs, strict=True):
+            if isinstance(ins.argval, str) and ins.opcode in _code_bytecode._ARG_KINDS:
+                assert argval == ins.argval, (c.co_name, op)
+                checked += 1
+    assert checked > 1000
+
+
+def test_local_imports_next_to_star_calls_are_scanned(make_module) -> None:
+    """``f(**kw)`` compiles to ``LOAD_CONST ()`` on 3.11: not a name to index."""
+    helper = make_module("star_helper", "def build(**kw):\n    return kw\n")
+    mod = make_module(
+        "star_caller",
+        """
+        def f(kind, **overrides):
+            from MOD_star_helper import build
+            import MOD_star_helper as sh
+            config = dict(n=1, **overrides)
+            return build(**config), sh.build(*(), **config)
+        """,
+    )
+    deps = code_info(mod.f).deps
+    assert f"{helper.__name__}:build" in deps
 
 
 def test_bytecode_digest_ignores_lines_and_docstrings() -> None:
