@@ -58,10 +58,19 @@ class Sink(ABC):
 
     @abstractmethod
     def put_blob(
-        self, produce: Producer, size: int, known_id: str = "", packable: bool = False
+        self,
+        produce: Producer,
+        size: int,
+        known_id: str = "",
+        packable: bool = False,
+        hint: str = "",
     ) -> str:
         """Store a blob; *packable* blobs (small, read whole or mapped as one value's
-        part, see packs.py) may share a pack file with the rest of the value's."""
+        part, see packs.py) may share a pack file with the rest of the value's.
+
+        *known_id* is trusted; *hint* is an id the bytes probably have (a cached
+        digest): a store checks it by hashing the bytes before relying on it.
+        """
 
     @abstractmethod
     def require(self, object_id: str, obj: Any) -> None:
@@ -85,15 +94,14 @@ class HashSink(Sink):
         return doc.id
 
     def put_blob(
-        self, produce: Producer, size: int, known_id: str = "", packable: bool = False
+        self,
+        produce: Producer,
+        size: int,
+        known_id: str = "",
+        packable: bool = False,
+        hint: str = "",
     ) -> str:
-        if known_id:
-            blob_id = known_id
-        else:
-            hasher = new_hasher(size)
-            for chunk in produce():
-                hasher.update(chunk)
-            blob_id = hasher.hexdigest()
+        blob_id = known_id or _hash_chunks(produce(), size)
         self.blobs.setdefault(blob_id, (produce, size, packable))
         return blob_id
 
@@ -137,8 +145,20 @@ class StoreSink(Sink):
         return self.objects.add_doc(doc)
 
     def put_blob(
-        self, produce: Producer, size: int, known_id: str = "", packable: bool = False
+        self,
+        produce: Producer,
+        size: int,
+        known_id: str = "",
+        packable: bool = False,
+        hint: str = "",
     ) -> str:
+        if hint and not known_id and self.objects.contains(hint):
+            # Probably stored already (the digest cache says so): prove it from the
+            # bytes before relying on it, which costs a hash and saves a write.
+            actual = _hash_chunks(produce(), size)
+            if actual == hint and self.objects.freshen(hint):
+                return hint
+            known_id = actual
         if packable and size <= PACK_BLOB_MAX:
             if self._pack is None:
                 self._pack = self.objects.new_pack()
@@ -168,6 +188,13 @@ class StoreSink(Sink):
         pack, self._pack = self._pack, None
         if pack is not None:
             pack.abort()
+
+
+def _hash_chunks(chunks: Iterable[Buffer], size: int) -> str:
+    hasher = new_hasher(size)
+    for chunk in chunks:
+        hasher.update(chunk)
+    return hasher.hexdigest()
 
 
 class _Frame:
@@ -209,9 +236,13 @@ class Encoder:
         cache: HashCache | None = digest_cache,
         lineage: LineageCache | None = lineage_cache,
         codecs: CodecRegistry = registry,
+        verify: bool = False,
     ) -> None:
         self.sink = sink
         self.cache = cache
+        # Storing: cached digests are hints the sink checks against the bytes, and
+        # cached documents are encoded again (a result is stored from what it holds).
+        self.verify = verify
         self.lineage = lineage
         self.codecs = codecs
         self.parents: set[str] = set()
@@ -325,14 +356,23 @@ class Encoder:
         self._frames[-1].links.docs.add(doc_id)
         return {"$": "ref", "id": doc_id}
 
-    def blob(self, produce: Producer, size: int, known_id: str = "", packable: bool = False) -> str:
+    def blob(
+        self,
+        produce: Producer,
+        size: int,
+        known_id: str = "",
+        packable: bool = False,
+        hint: str = "",
+    ) -> str:
         """Store bytes as a blob (streamed from *produce*) and link it; return its id.
 
         *packable*: the blob may be stored in a pack with the value's other small
         blobs (see packs.py); readers then get it through the store, never as a
         file of its own (:meth:`BaseObjectStore.blob_path` is None for it).
         """
-        blob_id = self.sink.put_blob(produce, size, known_id, packable)
+        if self.verify and known_id:
+            hint, known_id = known_id, ""  # storing: an id a codec knows is only a hint
+        blob_id = self.sink.put_blob(produce, size, known_id, packable, hint)
         self._frames[-1].links.blobs.add(blob_id)
         return blob_id
 
@@ -348,8 +388,11 @@ class Encoder:
         known = ""
         if self.cache is not None and fingerprint is not None:
             known = self.cache.get(obj, fingerprint) or ""
-        blob_id = self.blob(produce, size, known, packable)
-        if self.cache is not None and fingerprint is not None and not known:
+        if self.verify:
+            blob_id = self.blob(produce, size, "", packable, hint=known)
+        else:
+            blob_id = self.blob(produce, size, known, packable)
+        if self.cache is not None and fingerprint is not None and blob_id != known:
             self.cache.put(obj, fingerprint, blob_id)
         return blob_id
 
@@ -377,10 +420,11 @@ class Encoder:
     def _standalone(self, obj: Any, codec: Codec) -> str:
         fingerprint = None
         if self.cache is not None:
-            cached = self.cache.get_if(obj, lambda old: codec.fingerprint_holds(obj, old))
-            if cached is not None:
-                self.sink.require(cached, obj)
-                return cached
+            if not self.verify:
+                cached = self.cache.get_if(obj, lambda old: codec.fingerprint_holds(obj, old))
+                if cached is not None:
+                    self.sink.require(cached, obj)
+                    return cached
             fingerprint = codec.fingerprint(obj)
 
         def build() -> Any:

@@ -52,7 +52,9 @@ class HashCache:
 
     def __init__(self, max_strong: int = 512) -> None:
         self._entries: dict[int, _Entry] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: death callbacks take it, and run whenever the collector does,
+        # also while this thread holds it.
+        self._lock = threading.RLock()
         self._strong_order: list[int] = []
         self._max_strong = max_strong
         self._on_death = self._drop_keyed
@@ -123,7 +125,9 @@ class LineageCache:
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref, str]] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: death callbacks take it, and run whenever the collector does,
+        # also while this thread holds it.
+        self._lock = threading.RLock()
 
     def get(self, obj: Any) -> str | None:
         entry = self._entries.get(id(obj))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import warnings
@@ -228,9 +229,20 @@ def test_digest_cache_follows_in_place_changes() -> None:
     t.add_(1)  # bumps the version counter
     second = Encoder(HashSink()).encode_value(t)
     assert second != first and second == digest(t)
-    t.data.mul_(2)  # bypasses the version counter: forget_digest forces a re-hash
+    t.data.mul_(2)  # moves no version counter, but the alias is an exposure
+    third = Encoder(HashSink()).encode_value(t)
+    assert third == digest(t) != second
+    t.numpy()[1] = 7.0  # so is a numpy view
+    assert Encoder(HashSink()).encode_value(t) == digest(t) != third
+    kept = t.data  # a live alias: never trusted while it lives
+    kept[2] = -1.0
+    assert Encoder(HashSink()).encode_value(t) == digest(t)
+    kept[3] = -2.0
+    assert Encoder(HashSink()).encode_value(t) == digest(t)
+    del kept
+    ctypes.memmove(t.data_ptr() + 4, t.data_ptr(), 4)  # a raw write: forget_digest
     forget_digest(t)
-    assert Encoder(HashSink()).encode_value(t) == digest(t) != second
+    assert Encoder(HashSink()).encode_value(t) == digest(t)
     view = t[:10]
     before = Encoder(HashSink()).encode_value(view)
     t[0] = 123.0  # a write through the base is seen by the view (shared counter)

@@ -38,6 +38,7 @@ from memostore.packs import Pack, PackLocation
 from .checks import PendingCheck, check_mapped, is_verified
 from .checks import submit as submit_checks
 from .dtypes import BlobLayout, dtype_name, layout_for
+from .exposure import raw_frombuffer, raw_numpy
 
 TENSOR_KEY = "tensor"
 # Tensors are streamed in pieces of this size when they must be copied first
@@ -113,7 +114,7 @@ def _host_view(t: torch.Tensor) -> memoryview:
     """The bytes of a contiguous host tensor, without copying."""
     if t.numel() == 0:
         return memoryview(b"")
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+    return memoryview(raw_numpy(t.reshape(-1).view(torch.uint8)))
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -206,7 +207,7 @@ def _read_packed(
         # Small: copied out and checked at once, like a small loose blob, so that it
         # owns its storage (some torch calls read a storage from its start).
         raw = _tensor_at(storage, loc.offset, loc.length, torch.uint8, (loc.length,))
-        buf = bytearray(memoryview(raw.numpy()))
+        buf = bytearray(memoryview(raw_numpy(raw)))
         actual = digest_bytes(buf)
         if actual != blob_id:
             dec.objects.quarantine(blob_id)
@@ -221,7 +222,7 @@ def _read_packed(
         return _tensor_at(storage, start, nbytes, dtype, size), pending
     # A header of another size (a blob written elsewhere): parse it.
     raw = _tensor_at(storage, loc.offset, loc.length, torch.uint8, (loc.length,))
-    view = memoryview(raw.numpy())
+    view = memoryview(raw_numpy(raw))
     return _from_buffer(view, blob_id, dtype, list(size), expected, nbytes), pending
 
 
@@ -290,7 +291,7 @@ def _from_buffer(
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     # Blob data starts at a multiple of 8 (see header_bytes): aligned for every dtype.
-    flat = torch.frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
+    flat = raw_frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
     return flat if len(shape) == 1 else flat.view(shape)
 
 

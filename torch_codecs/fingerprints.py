@@ -31,8 +31,9 @@ modules of a tree are read through a per-layout plan (``module_plans.py``) that 
 children. A tensor's device, layout and conjugate/negative bits are not
 sampled: in place they change only together with something that is (its
 version counter or data pointer), or through ``t.data = ...`` assignments,
-which the documented rule covers (call ``memostore.forget_digest(t)`` after
-writing through ``.data``).
+which give the tensor another storage (and data pointer) too. Writes that move
+no version counter (``.data`` aliases, numpy views, fused optimizer kernels)
+are seen as exposures of the storage (``exposure.py``).
 
 A snapshot keeps the objects it compares by identity through weak
 references: an object that died, and another one born at the same address,
@@ -55,6 +56,8 @@ from typing import Any
 
 import torch
 
+from . import exposure
+from .exposure import any_live, raw_numpy, storage_state, unexposed_since
 from .module_plans import ATOMS as _ATOMS
 from .module_plans import SETS as _SETS
 from .module_plans import Plan, plan_for, plans_by_class
@@ -105,20 +108,41 @@ class Fingerprint:
     Two fingerprints are equal when they saw the same objects, still alive,
     in the same states. With equal ids, the references are the same objects
     exactly when every object is still alive (see the module docstring), so
-    the comparison never calls an object's own ``__eq__``.
+    the comparison never calls an object's own ``__eq__``. Their tensors'
+    storages must also not have been exposed to writes that bypass version
+    counters in between (``exposure.py``): with no exposure anywhere since
+    (the usual case) that is one integer comparison.
     """
 
-    __slots__ = ("ids", "refs", "rest")
+    __slots__ = ("gen", "ids", "refs", "rest", "tensor_refs")
 
-    def __init__(self, ids: tuple[int, ...], refs: tuple[Any, ...], rest: tuple[Any, ...]):
+    def __init__(
+        self,
+        ids: tuple[int, ...],
+        refs: tuple[Any, ...],
+        rest: tuple[Any, ...],
+        tensor_refs: tuple[Any, ...] = (),
+        gen: int = 0,
+    ):
         self.ids = ids
         self.refs = refs
         self.rest = rest
+        self.tensor_refs = tensor_refs
+        self.gen = gen
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Fingerprint):
             return NotImplemented
-        return self.ids == other.ids and self.rest == other.rest and self.refs == other.refs
+        if not (self.ids == other.ids and self.rest == other.rest and self.refs == other.refs):
+            return False
+        if self.gen == other.gen:
+            return True
+        tensors = [t for t in map(_DEREF, self.tensor_refs) if t is not None]
+        if not unexposed_since(tensors, min(self.gen, other.gen)):
+            return False
+        # Proven unchanged up to the later one: later comparisons start from there.
+        self.gen = other.gen = max(self.gen, other.gen)
+        return True
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
@@ -126,6 +150,9 @@ class Fingerprint:
 
     def __hash__(self) -> int:
         return hash((self.ids, self.rest))
+
+
+_DEREF = weakref.ref.__call__
 
 
 class _Strong:
@@ -195,7 +222,7 @@ def content_bytes(t: torch.Tensor) -> bytes:
     flat = t.detach().reshape(-1)
     if not flat.is_contiguous():
         flat = flat.contiguous()
-    return bytes(flat.view(torch.uint8).cpu().numpy())
+    return bytes(raw_numpy(flat.view(torch.uint8).cpu()))
 
 
 def tensor_data_state(t: torch.Tensor) -> Hashable | None:
@@ -203,13 +230,20 @@ def tensor_data_state(t: torch.Tensor) -> Hashable | None:
 
     In-place writes bump the version counter (shared by views); ``.data``
     assignment or ``set_`` changes the storage pointer, offset, shape or
-    stride. Writes through ``t.data`` or a numpy view are invisible: call
-    ``memostore.forget_digest(t)`` after them. Silent tensors (the running
+    stride; writes through ``t.data`` aliases, numpy views and fused optimizer
+    kernels are exposures of the storage (``exposure.py``), and a storage an
+    alias holds open is not tracked at all. Silent tensors (the running
     statistics of norm layers, see above) are never tracked.
     """
     if _silent and is_silent(t):
         return None
-    return untracked_data_state(t)
+    state = untracked_data_state(t)
+    if state is None:
+        return None
+    exposed = storage_state(t)
+    if exposed is None:
+        return None  # an alias may write it at any time
+    return (state, exposed, exposure.STATE.floor)
 
 
 def untracked_data_state(t: torch.Tensor) -> Hashable | None:
@@ -247,14 +281,28 @@ def fingerprint_or_none(*values: Any) -> Fingerprint | None:
 
 def snapshot(value: Any) -> Fingerprint:
     """A comparable snapshot of *value* (see the module docstring)."""
+    gen = exposure.STATE.gen
     builder = _Builder()
     builder.take(value)
     builder.finish()
-    return Fingerprint(tuple(builder.ids), tuple(builder.refs), tuple(builder.rest))
+    refs = tuple(builder.tensor_refs)
+    if any_live(map(_DEREF, refs)):
+        raise NotProvable("a tensor whose memory an alias may write at any time (exposure.py)")
+    return Fingerprint(tuple(builder.ids), tuple(builder.refs), tuple(builder.rest), refs, gen)
 
 
 class _Builder:
-    __slots__ = ("active", "id_only", "ids", "items", "modules", "refs", "rest", "tensors")
+    __slots__ = (
+        "active",
+        "id_only",
+        "ids",
+        "items",
+        "modules",
+        "refs",
+        "rest",
+        "tensor_refs",
+        "tensors",
+    )
 
     def __init__(self) -> None:
         self.ids: list[int] = []
@@ -267,6 +315,7 @@ class _Builder:
         self.tensors: list[Any] = []
         # Objects whose content the snapshot holds in full: compared by id alone.
         self.id_only: list[Any] = []
+        self.tensor_refs: list[Any] = []  # every tensor's weak reference, for exposure checks
 
     def ident(self, obj: Any) -> None:
         self.ids.append(id(obj))
@@ -310,8 +359,10 @@ class _Builder:
             if not t.is_meta:
                 raise NotProvable("a tensor without a version counter")
             state = ("meta", t.shape, t.dtype)
+        ref = weakref.ref(t)
         self.ids.append(id(t))
-        self.refs.append(weakref.ref(t))
+        self.refs.append(ref)
+        self.tensor_refs.append(ref)
         rest = self.rest
         rest.append(state)
         rest.append(t.requires_grad)
@@ -346,7 +397,9 @@ class _Builder:
                 rest.append(pointers)
                 rest.append(strides)
                 self.ids.extend(map(id, tensors))
-                self.refs.extend(map(weakref.ref, tensors))
+                refs = list(map(weakref.ref, tensors))
+                self.refs.extend(refs)
+                self.tensor_refs.extend(refs)
                 if any(map(len, map(_TENSOR_DICT, tensors))):
                     for t in tensors:
                         # Attributes set on a Parameter are stored with it.
@@ -402,7 +455,7 @@ class _Builder:
         elif isinstance(value, torch.Generator):
             self.ident(value)
             state = value.get_state()
-            rest.append(bytes(state.numpy()) if state.device.type == "cpu" else None)
+            rest.append(bytes(raw_numpy(state)) if state.device.type == "cpu" else None)
         elif _pickles_by_dict(cls):
             state = getattr(value, "__dict__", None)
             if state is None:

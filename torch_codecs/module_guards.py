@@ -22,7 +22,10 @@ What a guard checks, which is what a module tree's stored form depends on:
 * every tensor: its version counter, data pointer, shape, stride, dtype and
   ``requires_grad``, and no attributes set on it; the running statistics of
   norm layers, which torch updates without moving their version counters, by
-  their bytes.
+  their bytes;
+* no tensor's storage exposed, since the guard last held, to writes that move
+  no version counter (``exposure.py``): one integer comparison when nothing was
+  exposed anywhere, a pass over the tensors' storages otherwise.
 
 Identity is checked by ``id``. That is sound because every module and tensor a
 guard names is watched through a weak reference whose callback marks the guard
@@ -48,6 +51,8 @@ from typing import Any
 
 import torch
 
+from . import exposure
+from .exposure import any_live, keys_unexposed_since
 from .fingerprints import DATA_PTR, STRIDE, content_bytes, running_stats, untracked_data_state
 from .module_plans import ATOMS
 
@@ -125,6 +130,7 @@ class TreeGuard:
         "alive",
         "atoms",
         "dict_values",
+        "gen",
         "held",
         "keys",
         "kinds",
@@ -141,6 +147,7 @@ class TreeGuard:
         "referent_ids",
         "silent_bytes",
         "sized_lens",
+        "storage_keys",
         "tensor_fields",
         "tensor_refs",
         "tensor_types",
@@ -204,7 +211,7 @@ class TreeGuard:
         tensors = [t for t in found if t is not None]  # e.g. Linear(bias=False)
         if any(type(t) not in _PLAIN_TENSORS or t.__dict__ for t in tensors):
             return None
-        if any(untracked_data_state(t) is None for t in tensors):
+        if any(untracked_data_state(t) is None for t in tensors) or any_live(tensors):
             return None
         # What the values of every __dict__ refer to: the entries of the own dicts
         # (tensors and submodules), the items of sets and sequences, the items of
@@ -214,6 +221,10 @@ class TreeGuard:
 
         alive = _Alive()
         self.alive = alive
+        self.gen = exposure.STATE.gen
+        # While every data pointer is as recorded, so is every storage (a pointer
+        # is inside its storage): the keys to look up when something was exposed.
+        self.storage_keys = list(map(exposure.storage_key, tensors))
         self.module_refs = [weakref.ref(m, alive.kill) for m in modules]
         unique = {id(t): t for t in tensors}
         self.tensor_refs = [weakref.ref(t, alive.kill) for t in unique.values()]
@@ -287,4 +298,11 @@ class TreeGuard:
         ):
             return False
         # Running statistics of norm layers: by their bytes (see fingerprints.py).
-        return list(map(content_bytes, self.pick_silent(tensors))) == self.silent_bytes
+        if list(map(content_bytes, self.pick_silent(tensors))) != self.silent_bytes:
+            return False
+        gen = exposure.STATE.gen
+        if gen != self.gen:
+            if not keys_unexposed_since(self.storage_keys, self.gen):
+                return False
+            self.gen = gen  # unchanged up to now: the next check starts from here
+        return True
