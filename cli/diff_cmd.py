@@ -2,57 +2,60 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import click
 
 from .output import Output, number
 from .state import State, pass_state
+from .value_lines import field_parts, value_change_lines
 
 
 @click.command("diff")
 @click.argument("rev_a")
 @click.argument("rev_b", required=False)
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="With one REV: today's script or notebook (.py, .ipynb) of a __main__ function.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
 @pass_state
-def diff(state: State, rev_a: str, rev_b: str | None, as_json: bool) -> None:
-    """Compare two evaluations: arguments, code, result tensors, metrics.
+def diff(
+    state: State, rev_a: str, rev_b: str | None, sources: tuple[str, ...], as_json: bool
+) -> None:
+    """Compare two evaluations: arguments, effects, code, result tensors, metrics.
 
-    With one REV: would the same call hit today? Its recorded code dependencies
-    are compared with today's code (the function's module is imported, with
-    the current directory on the import path).
+    Everything is read from the store; no stored value is restored.
+
+    With one REV: would the same call hit today? A function of an importable
+    module is imported as `python` in the current directory would import it;
+    one defined in a script or notebook cell is checked against today's
+    source text (the recorded script, or --source), which is read, never run.
     """
     out = Output()
     first = state.resolve(rev_a)
     if rev_b is None:
-        from memostore.comparison import why_miss
+        from memostore.miss_check import why_miss
 
-        record = why_miss(state.store, first, import_paths=_import_paths(state, first))
+        record = why_miss(state.store, first, sources=sources)
         if as_json:
             out.json(record)
         else:
             print_why_miss(out, record)
         return
+    if sources:
+        raise click.UsageError("--source compares one evaluation with today's code: give one REV")
     from memostore.comparison import diff_records
 
     second = state.resolve(rev_b)
-    paths = list(dict.fromkeys(_import_paths(state, first) + _import_paths(state, second)))
-    record = diff_records(state.store, first, second, import_paths=paths)
+    record = diff_records(state.store, first, second)
     if as_json:
         out.json(record)
     else:
         print_diff(out, record)
-
-
-def _import_paths(state: State, evaluation_id: str) -> list[str]:
-    """The working directory, then the one the evaluation ran in (where its modules were)."""
-    paths = [os.getcwd()]
-    body = state.store.evaluation(evaluation_id).body
-    recorded = (body.get("provenance") or {}).get("cwd")
-    if isinstance(recorded, str) and os.path.isdir(recorded) and recorded not in paths:
-        paths.append(recorded)
-    return paths
 
 
 def print_diff(out: Output, record: dict[str, Any]) -> None:
@@ -66,7 +69,14 @@ def print_diff(out: Output, record: dict[str, Any]) -> None:
             (f" ({b['function']})", None),
         ]
     )
-    _print_args(out, record["args"])
+    _print_values(out, "arguments", record["args"], empty="(same)")
+    if record.get("effects"):
+        _print_values(out, "mutated arguments (state after the call)", record["effects"])
+    if record.get("rng"):
+        _print_rng(out, record["rng"])
+    if record.get("version"):
+        out.line()
+        out.line(f"version {record['version']['a']!r} -> {record['version']['b']!r}", style="bold")
     print_code_changes(
         out,
         record["code"],
@@ -80,33 +90,30 @@ def _short(digest: Any) -> str:
     return str(digest)[:12] if digest else "-"
 
 
-def _print_args(out: Output, args: dict[str, Any]) -> None:
-    from memostore.summaries import describe
-
+def _print_values(out: Output, title: str, changes: dict[str, Any], empty: str = "") -> None:
     out.line()
-    out.heading("arguments")
-    if not args:
-        out.line("  (same)")
+    out.heading(title)
+    if not changes:
+        out.line(f"  {empty or '(same)'}")
         return
-    for name, change in args.items():
-        kind = change["change"]
-        if kind == "changed":
-            out.styled(
-                [
-                    (f"  {name}: ", "bold"),
-                    (describe(change["a"], 60), "red"),
-                    (" -> ", None),
-                    (describe(change["b"], 60), "green"),
-                ]
-            )
-        elif kind == "added":
-            out.styled(
-                [(f"  {name}: ", "bold"), ("added ", None), (describe(change["b"], 80), "green")]
-            )
+    for name, change in changes.items():
+        for parts in value_change_lines(name, change):
+            out.styled(parts)
+
+
+def _print_rng(out: Output, changes: dict[str, Any]) -> None:
+    out.line()
+    out.heading("random generators drawn from")
+    for name, change in changes.items():
+        if change.get("a") is None:
+            text = "only in b"
+        elif change.get("b") is None:
+            text = "only in a"
+        elif not change.get("before_same"):
+            text = "started from a different state"
         else:
-            out.styled(
-                [(f"  {name}: ", "bold"), ("removed ", None), (describe(change["a"], 80), "red")]
-            )
+            text = "same start, left in a different state"
+        out.styled([(f"  {name}: ", "bold"), (text, None)])
 
 
 def print_code_changes(out: Output, code: dict[str, Any], title: str) -> None:
@@ -121,7 +128,9 @@ def print_code_changes(out: Output, code: dict[str, Any], title: str) -> None:
         return
     for change in code.get("changed") or []:
         out.styled([("  changed ", "bold"), (f"{change['symbol']} ({change.get('kind')})", None)])
-        diff_text = change.get("diff") or f"digest {_short(change['a'])} -> {_short(change['b'])}\n"
+        diff_text = (
+            change.get("diff") or f"digest {_short(change.get('a'))} -> {_short(change.get('b'))}\n"
+        )
         for line in diff_text.splitlines():
             out.line("    " + line, style=_diff_style(line))
     for change in code.get("added") or []:
@@ -167,34 +176,21 @@ def _print_result(out: Output, result: dict[str, Any]) -> None:
     if tensors:
         rows = []
         for t in tensors:
-            if "error" in t:
-                rows.append([t["path"], "", "", t["error"], ""])
-            elif "max_abs_diff" not in t:
-                rows.append(
-                    [t["path"], str(t.get("shape")), str(t.get("dtype")), "shape differs", ""]
-                )
+            shape, dtype = t.get("shape"), t.get("dtype")
+            if "max_abs_diff" in t:
+                diff_text, rel = number(t["max_abs_diff"]), number(t.get("rel_norm"))
+            elif isinstance(shape, list) and shape and isinstance(shape[0], list):
+                diff_text, rel = "shape differs", ""
             else:
-                rows.append(
-                    [
-                        t["path"],
-                        str(t["shape"]),
-                        str(t["dtype"]),
-                        number(t["max_abs_diff"]),
-                        number(t["rel_norm"]),
-                    ]
-                )
+                diff_text, rel = str(t.get("note") or t.get("error") or "differs"), ""
+            rows.append([t["path"], str(shape), str(dtype), diff_text, rel])
         out.table(["tensor", "shape", "dtype", "max abs diff", "rel norm"], rows, indent="  ")
     for value in result.get("values") or []:
-        out.styled(
-            [
-                (f"  {value['path']}: ", "bold"),
-                (str(value.get("a")), "red"),
-                (" -> ", None),
-                (str(value.get("b")), "green"),
-            ]
-        )
-    if "compared" in result and not tensors and not result.get("values"):
-        out.line(f"  (encodings differ; all {result['compared']} compared values are equal)")
+        where = value["path"]
+        head = [] if where == "<result>" else [(f"{where}: ", "bold")]
+        out.styled([("  ", None), *head, *field_parts(value)])
+    if result.get("more"):
+        out.line(f"  … and {result['more']} more differences", style="dim")
 
 
 def _print_metrics(out: Output, metrics: dict[str, Any]) -> None:
@@ -231,6 +227,9 @@ def print_why_miss(out: Output, record: dict[str, Any]) -> None:
     out.styled(
         [("evaluation ", "yellow"), (record["id"], "yellow"), (f"  {record['function']}", "bold")]
     )
+    if record.get("method") == "source":
+        where = ", ".join(record.get("source") or []) or "no source found"
+        out.line(f"compared with today's source text (read, not run): {where}", style="dim")
     if verdict == "hit":
         out.line(
             "a call with the same arguments would hit now: nothing it depends on changed",
@@ -246,8 +245,20 @@ def print_why_miss(out: Output, record: dict[str, Any]) -> None:
         out.line(
             f"  (the ref now names evaluation {record['current_evaluation'][:12]})", style="dim"
         )
+    unchecked = record.get("unchecked") or []
+    if unchecked:
+        out.line()
+        out.heading("cannot be checked without running the code")
+        for entry in unchecked:
+            out.styled(
+                [
+                    (f"  {entry['symbol']}", "bold"),
+                    (f" ({entry.get('kind')}): {entry.get('why')}", None),
+                ]
+            )
     code = record.get("code")
     if code and (code.get("changed") or code.get("added") or code.get("removed")):
-        print_code_changes(
-            out, code, title=f"code {_short(code['recorded'])} -> {_short(code['current'])} (today)"
-        )
+        today = _short(code.get("current")) if code.get("current") else "today's source"
+        print_code_changes(out, code, title=f"code {_short(code['recorded'])} -> {today}")
+    for note in record.get("notes") or []:
+        out.line(f"note: {note}", style="dim")

@@ -86,6 +86,8 @@ def print_record(out: Output, record: dict[str, Any], state: State) -> None:
         out.line("  (none)")
     out.pairs([(name, describe(value, width=120)) for name, value in args.items()], indent="  ")
 
+    _print_effects(out, record)
+
     out.line()
     out.heading("result")
     if record.get("result_id") is None:
@@ -109,6 +111,31 @@ def print_record(out: Output, record: dict[str, Any], state: State) -> None:
             out.heading(title)
             for evaluation_id in ids:
                 out.line(f"  {evaluation_id}", style="yellow")
+
+
+def _print_effects(out: Output, record: dict[str, Any]) -> None:
+    """Mutated arguments (their state after the call) and the global RNGs drawn from."""
+    from memostore.summaries import describe
+
+    effects = record.get("effects") or {}
+    if effects or record.get("rebound"):
+        out.line()
+        out.heading("mutated arguments (state after the call)")
+        out.pairs(
+            [(name, describe(value, width=120)) for name, value in effects.items()], indent="  "
+        )
+        for name in record.get("rebound") or []:
+            out.line(f"  {name}: rebound to another object", style="dim")
+    rng = record.get("rng") or {}
+    if rng:
+        out.line()
+        out.heading("random generators drawn from")
+        rows = []
+        for name, entry in rng.items():
+            before = str(entry.get("before") or "-")[:12]
+            after = str(entry.get("after") or "-")[:12]
+            rows.append((name, f"started from state {before}, left state {after}"))
+        out.pairs(rows, indent="  ")
 
 
 def summary_lines(summary: Any, depth: int = 0) -> list[str]:

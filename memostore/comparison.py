@@ -1,29 +1,31 @@
-"""What ``memostore diff`` displays, as JSON-able dicts.
+"""What ``memostore diff REV_A REV_B`` displays, and the one-line reason of a miss.
 
-``diff_records(store, a, b)`` compares two evaluations: arguments, code (a
-unified diff of each changed dependency's source), result tensors and metrics.
-``why_miss(store, id)`` compares one evaluation's recorded code with today's:
-would the same call hit now, and if not, why.
+Everything is compared from the stored documents: evaluation records, code
+documents (dependency closures with sources), value nodes and tensor blobs read
+as numbers (:mod:`memostore.node_diff`). No value is decoded, so no code from
+the store runs. ``memostore diff REV`` (would the same call hit today?) is
+:mod:`memostore.miss_check`.
 """
 
 from __future__ import annotations
 
 import difflib
-import sys
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import MemostoreError
+from .errors import MemostoreError, ObjectNotFound
 from .inspection import metrics_of
-from .objects import KIND_CODE, KIND_VALUE
-from .summaries import SummaryReader
+from .node_diff import NodeDiffer, ValueDiff, argument_nodes
+from .objects import KIND_CODE
 
 if TYPE_CHECKING:
+    from .objects import Doc
     from .store import Store
 
 DIFF_CONTEXT = 3
 _METRIC_DELTAS = ("last", "min")
+# Paths a one-line miss reason names before it says "and N more".
+_REASON_PATHS = 4
 
 
 # -- code ---------------------------------------------------------------------------------
@@ -31,10 +33,14 @@ def recorded_deps(store: Store, code_id: str | None) -> dict[str, dict[str, Any]
     """The dependencies in a code document: {symbol: {kind, digest, source}}."""
     if not code_id:
         return {}
-    doc = store.objects.get_doc(code_id)
+    return deps_of(store.objects.get_doc(code_id))
+
+
+def deps_of(doc: Doc) -> dict[str, dict[str, Any]]:
+    """The dependencies listed in code document *doc*, by symbol."""
     if doc.kind != KIND_CODE:
-        raise MemostoreError(f"object {code_id} is a {doc.kind}, not code")
-    return {d["symbol"]: d for d in doc.body.get("deps") or []}
+        raise MemostoreError(f"object {doc.id} is a {doc.kind}, not code")
+    return {d["symbol"]: d for d in doc.body.get("deps") or [] if isinstance(d, dict)}
 
 
 def unified_source_diff(symbol: str, before: str | None, after: str | None) -> str:
@@ -75,67 +81,136 @@ def code_changes(
     return {"changed": changed, "added": added, "removed": removed}
 
 
-# -- arguments ---------------------------------------------------------------------------
-def _argument_nodes(store: Store, args_id: str | None) -> dict[str, Any]:
-    if not args_id:
-        return {}
-    doc = store.objects.get_doc(args_id)
-    node = doc.body.get("node") if doc.kind == KIND_VALUE else None
-    if not isinstance(node, dict) or node.get("$") != "args":
-        return {}
-    return {name: value for name, value in node.get("items", [])}
+# -- values ------------------------------------------------------------------------------
+def _value_change(differ: NodeDiffer, found: ValueDiff, a: Any, b: Any) -> dict[str, Any]:
+    return {
+        "change": "changed",
+        "a": differ.summarize(a),
+        "b": differ.summarize(b),
+        "class": found.root_class,
+        "fields": found.changes,
+        "more": found.more,
+    }
 
 
-def argument_changes(store: Store, args_a: str | None, args_b: str | None) -> dict[str, Any]:
-    """{name: {"change", "a", "b"}} for each argument whose encoding differs."""
+def argument_changes(
+    differ: NodeDiffer, args_a: str | None, args_b: str | None
+) -> dict[str, dict[str, Any]]:
+    """{name: change} for each argument whose stored value differs.
+
+    A change is ``{"change", "a", "b", "class", "fields", "more"}``: ``a``/``b``
+    summarise the whole value, ``fields`` lists each difference inside it (see
+    :class:`~memostore.node_diff.ValueDiff`); added and removed arguments have
+    only ``change``, ``a`` and ``b``.
+    """
     if args_a == args_b:
         return {}
-    nodes_a, nodes_b = _argument_nodes(store, args_a), _argument_nodes(store, args_b)
-    reader = SummaryReader(store.objects)
-    changes: dict[str, Any] = {}
+    nodes_a, labels_a = argument_nodes(differ, args_a)
+    nodes_b, labels_b = argument_nodes(differ, args_b)
+    changes: dict[str, dict[str, Any]] = {}
     for name in list(nodes_a) + [n for n in nodes_b if n not in nodes_a]:
         in_a, in_b = name in nodes_a, name in nodes_b
-        # Equal encodings are equal values: nodes hold digests of what they reference.
-        if in_a and in_b and nodes_a[name] == nodes_b[name]:
+        if not (in_a and in_b):
+            changes[name] = {
+                "change": "removed" if in_a else "added",
+                "a": differ.summarize(nodes_a[name]) if in_a else None,
+                "b": differ.summarize(nodes_b[name]) if in_b else None,
+            }
             continue
-        changes[name] = {
-            "change": "changed" if in_a and in_b else ("removed" if in_a else "added"),
-            "a": reader.summarize(nodes_a[name]) if in_a else None,
-            "b": reader.summarize(nodes_b[name]) if in_b else None,
-        }
+        found = differ.diff(nodes_a[name], labels_a, nodes_b[name], labels_b)
+        if found.changes:
+            changes[name] = _value_change(differ, found, nodes_a[name], nodes_b[name])
     return changes
 
 
-# -- results -----------------------------------------------------------------------------
-def result_changes(store: Store, evaluation_a: str, evaluation_b: str) -> dict[str, Any]:
-    """How two results differ: identical, or the tensors and values that changed."""
-    from .evaluation import Evaluation
-    from .result_diff import compare_leaves
+def effect_changes(
+    differ: NodeDiffer, effects_a: Mapping[str, str] | None, effects_b: Mapping[str, str] | None
+) -> dict[str, dict[str, Any]]:
+    """{name: change} for the post-call states of mutated arguments (and data globals).
 
-    first = Evaluation.load(store, evaluation_a)
-    second = Evaluation.load(store, evaluation_b)
-    id_a, id_b = first.result_id, second.result_id
+    A name mutated on one side only is ``added`` or ``removed``; one mutated on
+    both sides into different states is ``changed``, with its ``fields`` as for
+    arguments.
+    """
+    effects_a, effects_b = dict(effects_a or {}), dict(effects_b or {})
+    changes: dict[str, dict[str, Any]] = {}
+    for name in list(effects_a) + [n for n in effects_b if n not in effects_a]:
+        id_a, id_b = effects_a.get(name), effects_b.get(name)
+        if id_a == id_b:
+            continue
+        if id_a is None or id_b is None:
+            changes[name] = {
+                "change": "added" if id_a is None else "removed",
+                "a": _doc_summary(differ, id_a),
+                "b": _doc_summary(differ, id_b),
+            }
+            continue
+        try:
+            node_a, _ = differ.doc_node(id_a)
+            node_b, _ = differ.doc_node(id_b)
+            found = differ.diff_docs(id_a, id_b)
+        except MemostoreError as exc:
+            changes[name] = {"change": "changed", "a": None, "b": None, "error": str(exc)}
+            continue
+        if found.changes:
+            changes[name] = _value_change(differ, found, node_a, node_b)
+    return changes
+
+
+def _doc_summary(differ: NodeDiffer, doc_id: str | None) -> Any:
+    if doc_id is None:
+        return None
+    try:
+        return differ.summarize(differ.doc_node(doc_id)[0])
+    except MemostoreError as exc:
+        return {"type": "unreadable", "id": doc_id, "error": str(exc)}
+
+
+def rng_changes(
+    rng_a: Mapping[str, Any] | None, rng_b: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """{name: {"a", "b", "before_same", "after_same"}} for global RNGs recorded differently."""
+    rng_a, rng_b = dict(rng_a or {}), dict(rng_b or {})
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(rng_a) | set(rng_b)):
+        a, b = rng_a.get(name), rng_b.get(name)
+        if a == b:
+            continue
+        a_map = a if isinstance(a, Mapping) else {}
+        b_map = b if isinstance(b, Mapping) else {}
+        out[name] = {
+            "a": a,
+            "b": b,
+            "before_same": a_map.get("before") == b_map.get("before") and a is not None,
+            "after_same": a_map.get("after") == b_map.get("after") and a is not None,
+        }
+    return out
+
+
+def result_changes(differ: NodeDiffer, id_a: str | None, id_b: str | None) -> dict[str, Any]:
+    """How two results differ: ``tensors`` (max abs difference each) and other ``values``."""
     if id_a == id_b:
         return {"same": id_a is not None, "a": id_a, "b": id_b}
-    reader = SummaryReader(store.objects)
     out: dict[str, Any] = {"same": False, "a": id_a, "b": id_b}
     if id_a is None or id_b is None:
-        out["summary"] = {
-            "a": reader.summarize_doc(id_a) if id_a else None,
-            "b": reader.summarize_doc(id_b) if id_b else None,
-        }
+        out["summary"] = {"a": _doc_summary(differ, id_a), "b": _doc_summary(differ, id_b)}
         return out
     try:
-        value_a = first.load_result()
-        value_b = second.load_result()
-    except Exception as exc:  # restoring runs user code (and may find it changed)
-        out["error"] = f"cannot restore both results to compare them: {type(exc).__name__}: {exc}"
-        out["summary"] = {"a": reader.summarize_doc(id_a), "b": reader.summarize_doc(id_b)}
+        found = differ.diff_docs(id_a, id_b)
+    except MemostoreError as exc:
+        out["error"] = f"cannot read both results: {exc}"
+        out["summary"] = {"a": _doc_summary(differ, id_a), "b": _doc_summary(differ, id_b)}
         return out
-    report, identical = compare_leaves(value_a, value_b)
-    out.update(report)
-    # Different encodings can restore to equal values (e.g. a different dtype tag).
-    out["same"] = identical
+    tensors, values = [], []
+    for change in found.changes:
+        path = change["path"] or "<result>"
+        if "tensor" in change:
+            tensors.append({"path": path, **change["tensor"]})
+        else:
+            values.append({**change, "path": path})
+    out.update(tensors=tensors, values=values, more=found.more)
+    # Different encodings can hold equal values (a view stored against a copy).
+    out["same"] = not found.changes
     return out
 
 
@@ -159,14 +234,8 @@ def metric_changes(store: Store, logs_a: str | None, logs_b: str | None) -> dict
     return out
 
 
-def diff_records(
-    store: Store, id_a: str, id_b: str, import_paths: Iterable[str] = ()
-) -> dict[str, Any]:
-    """Everything ``memostore diff A B`` displays.
-
-    Comparing results restores them, which imports the code they refer to:
-    *import_paths* go in front of ``sys.path`` meanwhile.
-    """
+def diff_records(store: Store, id_a: str, id_b: str) -> dict[str, Any]:
+    """Everything ``memostore diff A B`` displays (read from the store, nothing decoded)."""
     body_a = store.evaluation(id_a).body
     body_b = store.evaluation(id_b).body
     deps_a = recorded_deps(store, body_a.get("code"))
@@ -177,158 +246,133 @@ def diff_records(
         "same": body_a.get("code_digest") == body_b.get("code_digest"),
         **code_changes(deps_a, deps_b),
     }
-    return {
+    differ = NodeDiffer(store.objects)
+    record: dict[str, Any] = {
         "a": {"id": id_a, "function": body_a.get("function"), "status": body_a.get("status")},
         "b": {"id": id_b, "function": body_b.get("function"), "status": body_b.get("status")},
-        "args": argument_changes(store, body_a.get("args"), body_b.get("args")),
+        "args": argument_changes(differ, body_a.get("args"), body_b.get("args")),
+        "effects": effect_changes(differ, body_a.get("effects"), body_b.get("effects")),
+        "rng": rng_changes(body_a.get("rng"), body_b.get("rng")),
         "code": code,
-        "result": _with_paths(import_paths, result_changes, store, id_a, id_b),
+        "result": result_changes(differ, body_a.get("result"), body_b.get("result")),
         "metrics": metric_changes(store, body_a.get("logs"), body_b.get("logs")),
     }
+    if body_a.get("version") != body_b.get("version"):
+        record["version"] = {"a": body_a.get("version"), "b": body_b.get("version")}
+    return record
 
 
-# -- why would this call miss now? -----------------------------------------------------------
-@contextmanager
-def _import_paths(paths: Iterable[str]) -> Iterator[None]:
-    added = [p for p in paths if p and p not in sys.path]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for p in added:
-            if p in sys.path:
-                sys.path.remove(p)
+# -- why did this call miss? ---------------------------------------------------------------------
+def change_paths(changes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Where arguments differ, as ``name`` or ``name.path`` (``model.fc1.training``)."""
+    paths: list[str] = []
+    for name, change in changes.items():
+        fields = change.get("fields") or []
+        inner = [f["path"] for f in fields if f.get("path")]
+        if not inner:
+            paths.append(name)
+        else:
+            paths += [name + p for p in inner]
+            if change.get("more"):
+                paths.append(f"{name}…")
+    return paths
 
 
-def _resolve_function(symbol: str) -> Any:
-    from .code_refs import resolve
-
-    module, _, qualname = symbol.partition(":")
-    if module == "__main__":
-        raise LookupError(
-            f"{symbol} was defined in a script run as __main__; "
-            "it cannot be imported to compare (move it into a module)"
-        )
-    if module == "run":
-        raise LookupError(f"{symbol} is a standalone run, not a memoised function")
-    return resolve(module, qualname)
+def _short_symbol(symbol: str) -> str:
+    return symbol.partition(":")[2] or symbol
 
 
-def _stored_code_refs(
-    store: Store, roots: Iterable[tuple[str, str | None]]
-) -> list[dict[str, Any]]:
-    """Digest-pinned code references inside stored values: (where, module, qualname, digest)."""
-    found: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for where, root in roots:
-        if not root:
-            continue
-        stack, seen = [root], set()
-        while stack:
-            doc_id = stack.pop()
-            if doc_id in seen:
-                continue
-            seen.add(doc_id)
-            try:
-                doc = store.objects.get_doc(doc_id)
-            except MemostoreError:
-                continue
-            stack.extend(doc.links.docs)
-            for node in _code_nodes(doc.body.get("node")):
-                key = (node["module"], node["qualname"], node["digest"])
-                found.setdefault(
-                    key, {"where": where, "symbol": f"{key[0]}:{key[1]}", "digest": key[2]}
-                )
-    return list(found.values())
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_REASON_PATHS])
+    more = len(names) - _REASON_PATHS
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
-def _code_nodes(node: Any) -> Iterator[dict[str, Any]]:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            if item.get("$") == "code" and item.get("digest") and "module" in item:
-                yield item
-            stack.extend(v for v in item.values() if isinstance(v, (list, dict)))
+def _newest_evaluation(store: Store, function: str) -> str | None:
+    """The newest successful evaluation of *function*, else its newest failed one."""
+    from .revisions import listed_evaluations
+
+    listed, _ = listed_evaluations(store, functions=[function])
+    for entry in listed:
+        if any(ref.startswith("evals/") for ref in entry.get("refs") or ()):
+            return entry["id"]
+    return listed[0]["id"] if listed else None
 
 
-def _with_paths(paths: Iterable[str], fn: Any, *args: Any) -> Any:
-    with _import_paths(paths):
-        return fn(*args)
+def miss_reason(
+    store: Store,
+    function: str,
+    args_id: str,
+    code_digest: str,
+    code_doc: Doc | None,
+    docs: Mapping[str, Doc] | None = None,
+) -> str:
+    """Why a call missed, in one line, compared with the newest evaluation of *function*.
 
+    Cheap: one listing of the function's refs, then the documents of the newest
+    evaluation and of both argument sets (no blob is read, nothing is decoded).
+    Never raises: a store it cannot read gives a reason that says so.
 
-def why_miss(store: Store, evaluation_id: str, import_paths: Iterable[str] = ()) -> dict[str, Any]:
-    """Would a call with this evaluation's arguments hit today, and if not, why.
+    Args:
+        store: the store.
+        function: the function's symbol (``module:qualname``).
+        args_id: the id of the call's arguments document.
+        code_digest: the call's code digest.
+        code_doc: the call's code document (for the names of changed
+            dependencies); None names none.
+        docs: documents by id not written to the store yet (the call's
+            arguments, hashed before the miss stores them: a ``HashSink``'s
+            ``docs``); without them, arguments not stored yet give only
+            ``"args changed"``.
 
-    Imports the function's module (with *import_paths* in front of ``sys.path``)
-    and compares today's dependency closure with the recorded one.
+    Returns:
+        E.g. ``"first call"``, ``"lr changed"``, ``"lr, epochs changed"``,
+        ``"code changed: train, loss_fn"``, ``"args changed: model.fc1.training"``,
+        several joined by ``"; "``.
     """
-    from .code_deps import code_info
-    from .code_refs import resolve
-    from .evaluation import eval_ref_name
-    from .memoize import call_key
-
-    body = store.evaluation(evaluation_id).body
-    function = body.get("function") or ""
-    out: dict[str, Any] = {"id": evaluation_id, "function": function, "reasons": []}
-    reasons: list[str] = out["reasons"]
-    with _import_paths(import_paths):
-        try:
-            obj = _resolve_function(function)
-        except LookupError as exc:
-            out.update(verdict="unknown", error=str(exc))
-            reasons.append(str(exc))
-            return out
-        fn = getattr(obj, "__wrapped__", obj)
-        version = getattr(obj, "version", body.get("version"))
-        try:
-            info = code_info(fn)
-        except Exception as exc:  # analysing today's code runs the user's imports
-            message = f"cannot analyse today's code of {function}: {type(exc).__name__}: {exc}"
-            out.update(verdict="unknown", error=message)
-            reasons.append(message)
-            return out
-        current = {
-            s: {"kind": d.kind, "digest": d.digest, "source": d.source}
-            for s, d in info.deps.items()
-        }
-        recorded = recorded_deps(store, body.get("code"))
-        changes = code_changes(recorded, current)
-        out["code"] = {"recorded": body.get("code_digest"), "current": info.digest, **changes}
-        if info.digest != body.get("code_digest"):
-            parts = [f"{c['symbol']} changed" for c in changes["changed"]]
-            parts += [f"{c['symbol']} added" for c in changes["added"]]
-            parts += [f"{c['symbol']} removed" for c in changes["removed"]]
-            reasons.append("code changed: " + (", ".join(parts) or "the closure digest differs"))
-        out["version"] = {"recorded": body.get("version"), "current": version}
-        if version != body.get("version"):
-            reasons.append(f"version changed: {body.get('version')!r} -> {version!r}")
-        stale = []
-        for ref in _stored_code_refs(
-            store, [("args", body.get("args")), ("result", body.get("result"))]
-        ):
-            module, _, qualname = ref["symbol"].partition(":")
+    try:
+        newest = _newest_evaluation(store, function)
+        if newest is None:
+            return "first call"
+        body = store.evaluation(newest).body
+        parts: list[str] = []
+        if body.get("code_digest") != code_digest:
+            parts.append(_code_reason(store, body.get("code"), code_doc))
+        if body.get("args") != args_id:
+            differ = NodeDiffer(store.objects, docs=docs, numeric=False, summaries=False)
             try:
-                now = code_info(resolve(module, qualname)).digest
-            except Exception:
-                now = None
-            if now != ref["digest"]:
-                stale.append({**ref, "current": now})
-                what = "is gone" if now is None else "changed"
-                reasons.append(f"code stored in the {ref['where']} ({ref['symbol']}) {what}")
-        out["stored_code"] = stale
-    if body.get("key") and body.get("args"):
-        key = call_key(function, info.digest, body["args"], version)
-        ref_name = eval_ref_name(function, key)
-        points_to = store.refs.read(ref_name)
-        out["key"] = {"recorded": body.get("key"), "current": key}
-        out["ref"] = {"name": ref_name, "points_to": points_to}
-        if points_to is None and not reasons:
-            reasons.append(f"no result is stored under {ref_name}")
-        elif points_to is not None and points_to != evaluation_id:
-            out["current_evaluation"] = points_to
-    if body.get("status") != "ok":
-        reasons.append(f"this evaluation did not succeed (status {body.get('status')})")
-    out["verdict"] = "miss" if reasons else "hit"
-    return out
+                changes = argument_changes(differ, body.get("args"), args_id)
+            except ObjectNotFound:
+                # The call's arguments are neither stored yet nor among *docs*.
+                changes = {}
+            paths = change_paths(changes)
+            if not paths:
+                parts.append("args changed")
+            elif all(p in changes for p in paths):
+                parts.append(f"{_listing(paths)} changed")
+            else:
+                parts.append(f"args changed: {_listing(paths)}")
+        if not parts:
+            status = body.get("status")
+            if status != "ok":
+                return f"the last call with these arguments and code ended with status {status}"
+            return (
+                f"same code and arguments as evaluation {newest[:12]}: "
+                "its version, RNG state or stored result differs"
+            )
+        return "; ".join(parts)
+    except (MemostoreError, OSError, ValueError, KeyError, TypeError) as exc:
+        return f"cannot tell why ({type(exc).__name__}: {exc})"
+
+
+def _code_reason(store: Store, recorded_code: str | None, code_doc: Doc | None) -> str:
+    if code_doc is None or not recorded_code:
+        return "code changed"
+    try:
+        changes = code_changes(recorded_deps(store, recorded_code), deps_of(code_doc))
+    except MemostoreError:
+        return "code changed"
+    names = [_short_symbol(c["symbol"]) for c in changes["changed"]]
+    names += [_short_symbol(c["symbol"]) + " added" for c in changes["added"]]
+    names += [_short_symbol(c["symbol"]) + " removed" for c in changes["removed"]]
+    return f"code changed: {_listing(names)}" if names else "code changed"

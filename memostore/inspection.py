@@ -131,6 +131,46 @@ def code_record(store: Store, code_id: str | None, digest: str | None) -> dict[s
     return record
 
 
+def effects_record(
+    store: Store, effects: Mapping[str, str] | None, load_codecs: bool = True
+) -> dict[str, Any]:
+    """The state after the call of each argument the body mutated: {name: summary}.
+
+    Data globals the body changed are named ``module:name``. Records made before
+    effects were kept, and calls that mutated nothing, give ``{}``.
+    """
+    if not isinstance(effects, Mapping):
+        return {}
+    return {
+        str(name): summarize_value(store.objects, doc_id, load_codecs)
+        for name, doc_id in effects.items()
+        if isinstance(doc_id, str)
+    }
+
+
+def rng_record(store: Store, rng: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The global RNGs the body drew from: {name: {"before", "after", "bytes"}}.
+
+    ``before`` digests the state the body started from (a hit needs the same),
+    ``after`` is the blob of the state it left (a hit sets it), ``bytes`` its size.
+    """
+    if not isinstance(rng, Mapping):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in sorted(rng.items()):
+        if not isinstance(entry, Mapping):
+            continue
+        after = entry.get("after")
+        size = None
+        if isinstance(after, str):
+            try:
+                size = store.objects.size_of(after)
+            except (MemostoreError, OSError):
+                size = None
+        out[str(name)] = {"before": entry.get("before"), "after": after, "bytes": size}
+    return out
+
+
 def children_of(
     store: Store, evaluation_id: str, entries: Mapping[str, dict[str, Any]] | None = None
 ) -> list[str]:
@@ -162,6 +202,10 @@ def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> d
     record["result_id"] = body.get("result")
     record["result"] = summarize_value(store.objects, body.get("result"), load_codecs)
     record["result_summary"] = body.get("result_summary")
+    record["effects"] = effects_record(store, body.get("effects"), load_codecs)
+    record["rebound"] = list(body.get("rebound") or [])
+    record["aliases"] = dict(body.get("aliases") or {})
+    record["rng"] = rng_record(store, body.get("rng"))
     record["error"] = body.get("error")
     metrics, metrics_error = metrics_of(store, body.get("logs"))
     record["metrics"] = metrics

@@ -23,7 +23,7 @@ from memostore.errors import ObjectNotFound
 from memostore.inspection import show_record
 from memostore.object_store import DiskObjectStore
 from memostore.objects import KIND_VALUE, Doc, Links
-from memostore.result_diff import compare_leaves, tensor_difference
+from memostore.result_diff import tensor_difference
 from memostore.store import Store
 from memostore.summaries import SummaryReader, describe, format_bytes
 
@@ -163,22 +163,34 @@ def test_tensor_differences_numpy() -> None:
     assert tensor_difference(np.zeros(2), np.ones(2))["rel_norm"] == "inf"
 
 
-def test_compare_leaves_walks_structures_and_modules() -> None:
+def test_stored_results_are_compared_from_their_nodes(store_dir: Path) -> None:
+    """Results walked in the store: module tensors by name, dict entries by key, no restore."""
     torch = pytest.importorskip("torch")
-    torch.manual_seed(0)
-    net = torch.nn.Linear(2, 2)
-    other = torch.nn.Linear(2, 2)
-    other.load_state_dict(net.state_dict())
-    with torch.no_grad():
-        other.bias += 1
-    report, identical = compare_leaves({"m": net, "n": 3}, {"m": other, "n": 4, "new": 1})
-    assert not identical
+    from memostore import memo
+    from memostore.comparison import diff_records
+
+    @memo
+    def make(bias: float, extra: bool) -> dict:
+        torch.manual_seed(0)
+        net = torch.nn.Linear(2, 2)
+        with torch.no_grad():
+            net.bias += bias
+        out = {"m": net, "n": 3 if not extra else 4}
+        if extra:
+            out["new"] = 1
+        return out
+
+    make(0.0, False)
+    make(1.0, True)
+    first, second = make.lookup(0.0, False), make.lookup(1.0, True)
+    assert first is not None and second is not None
+    report = diff_records(Store(store_dir), first.id, second.id)["result"]
+    assert not report["same"]
     (changed,) = report["tensors"]
-    assert changed["path"] == "['m']['bias']" and changed["max_abs_diff"] == pytest.approx(1.0)
+    assert changed["path"] == "['m'].bias" and changed["max_abs_diff"] == pytest.approx(1.0)
     values = {v["path"]: v for v in report["values"]}
     assert values["['n']"]["change"] == "changed" and values["['new']"]["change"] == "added"
-    same, identical = compare_leaves([torch.ones(3)], [torch.ones(3)])
-    assert identical and same["compared"] == 1
+    assert diff_records(Store(store_dir), first.id, first.id)["result"]["same"]
 
 
 def test_formats() -> None:
