@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)
 from . import numpy_codec as _numpy_codec  # registers the ndarray codec
+from . import paths as _paths  # registers the codec of @memo(files=...) arguments
 from .code_deps import ignore_global
 from .codecs import Codec, register_codec
 from .errors import MemostoreError, MemostoreWarning
@@ -19,6 +21,7 @@ from .immutable import register_immutable
 from .memoize import memo
 from .snapshot import Snapshot, snapshot
 from .store import Store
+from .verbose import set_verbose
 
 __version__ = "0.1.0"
 
@@ -37,10 +40,11 @@ __all__ = [
     "memo",
     "register_codec",
     "register_immutable",
+    "set_verbose",
     "snapshot",
 ]
 
-del _numpy_codec
+del _numpy_codec, _hf_datasets, _paths
 
 # Metric logging pulls in numpy; load it on first use so that the CLI and
 # scripts that never log start fast.

@@ -24,6 +24,7 @@ from .errors import MemostoreWarning
 
 if TYPE_CHECKING:
     from .decoding import Decoder
+    from .effects.replay import Planner
     from .encoding import Encoder
 
 ENTRY_POINT_GROUP = "memostore.codecs"
@@ -76,6 +77,32 @@ class Codec:
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         """A JSON summary for ``memostore show`` (no bulk data read)."""
         return {"type": self.tag}
+
+    def unchanged(self, target: Any, source: Any) -> bool:
+        """Whether *target* provably encodes as *source* does (so a replay can skip it).
+
+        The default, for standalone codecs: both have a digest in the hash cache
+        that their fingerprints still prove, and the digests are equal. Never
+        True on a guess: False only costs a replay of equal content.
+        """
+        if not self.standalone:
+            return False
+        from .hashcache import digest_cache
+
+        def known(obj: Any) -> str | None:
+            return digest_cache.get_if(obj, lambda old: self.fingerprint_holds(obj, old))
+
+        digest = known(target)
+        return digest is not None and digest == known(source)
+
+    def assign(self, target: Any, source: Any, plan: Planner) -> bool:
+        """Plan making *target* equal to *source* in place (``effects/replay.py``).
+
+        Return False (the default) to let the planner update the object's
+        attributes as pickling sees them; raise ``NotReplayable`` when the
+        target cannot be updated in place.
+        """
+        return False
 
 
 class CodecRegistry:
@@ -138,6 +165,11 @@ class CodecRegistry:
             if codec is not None:
                 return codec
         return None
+
+    def load_entry_points(self) -> None:
+        """Load every registered codec package now, if not done yet (idempotent)."""
+        if not self._entry_points_loaded:
+            self._load_entry_points()
 
     def _load_entry_points(self) -> bool:
         """Load every registered codec package once; True if anything new came."""

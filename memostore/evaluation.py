@@ -18,6 +18,12 @@ An evaluation document's body (``docs/format.md``)::
     parents    ids of evaluations whose results were passed in
     payloads   code digest -> blob id of code stored by value
     logs       id of the logs document (metrics), or null
+    effects    argument or data global name -> id of the value document of its
+               state after the call, for those the body changed (absent if none)
+    rebound    names of data globals the body bound to another object (absent if none)
+    aliases    result path -> argument name, where the result is an argument itself
+    rng        RNG name -> {"before": digest of the state the body started from,
+               "after": blob id of the state it left}, for global RNGs it drew from
 """
 
 from __future__ import annotations
@@ -95,7 +101,9 @@ def evaluation_doc(fields: dict[str, Any], links: Links) -> Doc:
         if fields.get(name):
             links.docs.add(fields[name])
     links.docs.update(fields.get("parents", ()))
+    links.docs.update((fields.get("effects") or {}).values())
     links.blobs.update(fields.get("payloads", {}).values())
+    links.blobs.update(r["after"] for r in (fields.get("rng") or {}).values())
     return Doc(KIND_EVALUATION, fields, links)
 
 
@@ -211,6 +219,24 @@ class Evaluation:
     @property
     def logs_id(self) -> str | None:
         return self._get("logs")
+
+    @property
+    def effects(self) -> dict[str, str]:
+        """Argument (or data global) name -> value id of its state after the call,
+        for those the body changed; a hit puts these states into the caller's objects."""
+        return dict(self._get("effects") or {})
+
+    @property
+    def rng(self) -> dict[str, dict[str, str]]:
+        """The global RNGs the body drew from: name -> {"before", "after"} (see hits.py)."""
+        return dict(self._get("rng") or {})
+
+    def load_effects(self) -> dict[str, Any]:
+        """The post-call states of the arguments the body changed, restored."""
+        from .decoding import Decoder
+
+        decoder = Decoder(self.store.objects, self._get("payloads", {}))
+        return {name: decoder.decode_value(doc_id) for name, doc_id in self.effects.items()}
 
     def load_result(self) -> Any:
         """The stored result, restored as fresh objects (digest-pinned code is checked)."""

@@ -16,99 +16,39 @@ Call flow:
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import inspect
 import os
 import threading
 import time
 import types
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from . import context, index
+from . import context, hits, recording, verbose
 from .decoding import Decoder
-from .encoding import Encoder, HashSink, StoreSink
+from .effects import rng
+from .effects.arguments import MISSING, Watched
+from .encoding import Encoder, HashSink
 from .errors import (
     DecodeError,
     EncodeError,
     MemostoreError,
-    MemostoreWarning,
     ObjectNotFound,
     StaleCode,
 )
-from .evaluation import (
-    Evaluation,
-    code_doc,
-    error_record,
-    eval_ref_name,
-    evaluation_doc,
-    failed_ref_name,
-    scalar_hparams,
-    summarize,
-)
+from .evaluation import Evaluation, eval_ref_name, scalar_hparams
 from .hashcache import digest_cache, lineage_cache
-from .objects import Doc, canonical_json, digest_bytes
-from .provenance import provenance
+from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
 from .store import Store
+
+__all__ = ["MemoizedFunction", "call_key", "memo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-KEY_PREFIX = b"memostore:key:1\n"
-
 _stores: dict[Path, Store] = {}
 _stores_lock = threading.Lock()
-
-
-def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
-    """The call key: a digest of what determines the result (``docs/format.md``)."""
-    return _key_with(_key_tail(function, version), code_digest, args_id)
-
-
-def _key_tail(function: str, version: str | None) -> bytes:
-    # The canonical JSON of the key's payload, from "function" on: constant per
-    # memoised function, so a call only formats the two digests in front of it.
-    payload = canonical_json({"function": function, "version": version})
-    return b"," + payload[1:]
-
-
-def _key_with(tail: bytes, code_digest: str, args_id: str) -> str:
-    head = f'{{"args":"{args_id}","code":"{code_digest}"'.encode("ascii")
-    return digest_bytes(KEY_PREFIX + head + tail)
-
-
-class _FastBinder:
-    """Binds arguments like ``inspect.Signature.bind`` + ``apply_defaults``, faster.
-
-    Only for signatures made of plain positional-or-keyword parameters (the
-    common case); anything else falls back to inspect, which also raises the
-    exact TypeError Python would for a bad call.
-    """
-
-    def __init__(self, signature: inspect.Signature) -> None:
-        params = list(signature.parameters.values())
-        self.simple = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)
-        self.names = [p.name for p in params]
-        self.defaults = {p.name: p.default for p in params if p.default is not p.empty}
-        self.signature = signature
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-        if not self.simple or len(args) > len(self.names):
-            return None
-        bound = dict(zip(self.names, args, strict=False))
-        for name, value in kwargs.items():
-            if name in bound or name not in self.names:
-                return None
-            bound[name] = value
-        if len(bound) != len(self.names):
-            for name in self.names:
-                if name not in bound:
-                    if name not in self.defaults:
-                        return None
-                    bound[name] = self.defaults[name]
-        return {name: bound[name] for name in self.names}
 
 
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
@@ -130,32 +70,14 @@ def _symbol(fn: Callable[..., Any]) -> str:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=3)
+    recording.warn(message, stacklevel=4)
 
+
+_fix = recording.fix
 
 # Hits whose arguments and code were checked in this process (see _heal), at most.
 _HEALED_MAX = 1 << 16
-
-_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
-_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def _fix(exc: BaseException, store: Store | None) -> str:
-    """How to fix a failed write into the store, when its cause says so (else "")."""
-    where = f" at {store.root}" if store is not None and store.root is not None else ""
-    for cause in (exc, exc.__cause__, exc.__context__):
-        code = getattr(cause, "errno", None)
-        if code in _DISK_FULL:
-            return (
-                f"; the disk holding the store{where} is full: free space there (`memostore gc` "
-                "deletes what no evaluation needs) or move the store ($MEMOSTORE_DIR)"
-            )
-        if code in _NOT_WRITABLE:
-            return (
-                f"; the store{where} is not writable: make it writable, or set $MEMOSTORE_DIR "
-                "to a writable directory (stored results are still read from it)"
-            )
-    return ""
+_RNG_MODES = ("track", "ignore")
 
 
 class MemoizedFunction:
@@ -166,8 +88,10 @@ class MemoizedFunction:
         fn: Callable[..., Any],
         *,
         ignore: Iterable[str] = (),
+        files: Iterable[str] = (),
         version: str | None = None,
         store: Store | str | os.PathLike[str] | None = None,
+        rng: str = "track",
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@memo needs a function, got {fn!r}")
@@ -175,7 +99,7 @@ class MemoizedFunction:
         self.__wrapped__ = fn
         self._fn = fn
         self._signature = inspect.signature(fn)
-        self._binder = _FastBinder(self._signature)
+        self._binder = FastBinder(self._signature)
         self._ignore = frozenset(ignore)
         unknown = self._ignore - set(self._signature.parameters)
         if unknown:
@@ -183,14 +107,27 @@ class MemoizedFunction:
                 f"@memo(ignore=...) names {sorted(unknown)}, which {fn.__qualname__} "
                 f"does not take; its parameters are {list(self._signature.parameters)}"
             )
+        if rng not in _RNG_MODES:
+            raise MemostoreError(
+                f"@memo(rng={rng!r}) is not a mode: use rng='track' (the default: a body that "
+                "draws from a global RNG hits only from the same RNG state, and a hit leaves the "
+                "RNG where the body did) or rng='ignore' (RNG states are neither keyed nor set)"
+            )
+        self._track_rng = rng == "track"
         self._version = None if version is None else str(version)
         self.version = self._version
         self._store = store
         self.symbol = _symbol(fn)
-        self._key_tail = _key_tail(self.symbol, self._version)
-        self._code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
+        from .paths import PathArguments
+
+        # Declared path parameters keyed by content, and the hint about undeclared ones.
+        parameters = list(self._signature.parameters)
+        self._paths = PathArguments(self.symbol, parameters, files, self._ignore)
+        self._key_tail = key_tail(self.symbol, self._version)
+        self.code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
         self._code_docs_written: set[tuple[str, str]] = set()
         self._healed: set[tuple[Any, ...]] = set()
+        self._unkeyable: set[str] = set()  # data globals that cannot be hashed
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
@@ -202,28 +139,56 @@ class MemoizedFunction:
 
     # -- keys ---------------------------------------------------------------------------
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-        arguments = self._binder.bind(args, kwargs)
-        if arguments is None:
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            arguments = bound.arguments
+        arguments = self._binder.bind_all(args, kwargs)
         if self._ignore:
-            return [(k, v) for k, v in arguments.items() if k not in self._ignore]
-        return list(arguments.items())
+            items = [(k, v) for k, v in arguments.items() if k not in self._ignore]
+        else:
+            items = list(arguments.items())
+        return self._paths.apply(items)
 
     def _code(self) -> Any:
         from .code_deps import code_info
 
         return code_info(self._fn)
 
-    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeyedCall:
         arguments = self._bind(args, kwargs)
         code = self._code()
+        watched = _watched(arguments, code, self._unkeyable)
         sink = HashSink()
         encoder = Encoder(sink)
-        args_id = encoder.encode_mapping(arguments)
-        key = _key_with(self._key_tail, code.digest, args_id)
-        return _Call(self, arguments, code, sink, encoder, args_id, key)
+        try:
+            args_id = encoder.encode_mapping(watched.items)
+        except EncodeError:
+            if len(watched.items) == len(arguments) or not self._skip_unkeyable(watched):
+                raise  # an argument itself cannot be keyed: the caller must know
+            return self._prepare(args, kwargs)
+        key = key_with(self._key_tail, code.digest, args_id)
+        return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key)
+
+    def _skip_unkeyable(self, watched: Watched) -> bool:
+        """Leave out of the key the data globals that cannot be encoded; any found?
+
+        A global holding something that cannot be hashed (a context manager, a
+        console) is keyed by its type, as a service object is, and named in one
+        warning: the call goes on, and ``ignore_global`` silences it.
+        """
+        found = False
+        for name, value in watched.items:
+            if name not in watched.globals or name in self._unkeyable:
+                continue
+            try:
+                Encoder(HashSink()).encode_value(value)
+            except EncodeError as exc:
+                self._unkeyable.add(name)
+                found = True
+                _warn(
+                    f"{self.symbol} reads the global {name}, a {type(value).__qualname__} "
+                    f"that cannot be hashed ({exc}); it is keyed by its type only, and changes "
+                    f"to it are not replayed by hits. Pass it as an argument listed in "
+                    f"ignore=, or mark it with memostore.ignore_global, to silence this"
+                )
+        return found
 
     def key(self, *args: Any, **kwargs: Any) -> str:
         """The hex call key of these arguments (the body does not run)."""
@@ -256,64 +221,91 @@ class MemoizedFunction:
             )
             return self._fn(*args, **kwargs)
         ref = eval_ref_name(self.symbol, call.key)
-        hit, result = self._restore(store, ref, call)
-        if hit:
+        hit = self._restore(store, ref, call)
+        if isinstance(hit, hits.Hit):
+            result = hit.commit()
+            if verbose.enabled():
+                verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
             return result
+        if verbose.enabled():
+            verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
         return self._compute(store, call, args, kwargs)
 
-    def _decode_evaluation(
-        self, store: Store, evaluation_id: str, call: _Call | None
-    ) -> tuple[Any, Any, Any]:
-        """(record body, decoder, restored result); body None when it holds no result."""
-        body = store.evaluation(evaluation_id).body
-        if body.get("status") != "ok" or body.get("result") is None:
-            return None, None, None
-        if call is not None:
-            # Before the decode: the restore ends by starting the background check
-            # of mapped tensors (torch_codecs), which then shares the machine with
-            # whatever this call still does.
-            self._heal(store, call, body)
-        decoder = Decoder(store.objects, body.get("payloads") or {})
-        return body, decoder, decoder.decode_value(body["result"])
+    def _miss_reason(self, store: Store, call: KeyedCall) -> str:
+        try:
+            from .comparison import miss_reason
 
-    def _restore(self, store: Store, ref: str, call: _Call | None = None) -> tuple[bool, Any]:
+            return miss_reason(
+                store,
+                self.symbol,
+                call.args_id,
+                call.code.digest,
+                call.code_doc,
+                docs=call.sink.docs,
+            )
+        except Exception as exc:  # a reason is a courtesy: never fail the call for it
+            return f"no stored call with this key ({type(exc).__name__})"
+
+    def _prepare_hit(self, store: Store, evaluation_id: str, call: KeyedCall) -> hits.Hit:
+        body = store.evaluation(evaluation_id).body
+        if self._track_rng and body.get("rng"):
+            evaluation_id, body = hits.matching_evaluation(
+                store, evaluation_id, body, self.symbol, call.key
+            )
+        # Heal before the decode: the restore ends by starting the background check
+        # of mapped tensors (torch_codecs), which then shares the machine with
+        # whatever this call still does.
+        return hits.prepare(
+            store,
+            evaluation_id,
+            body,
+            call.watched,
+            self._track_rng,
+            before_decode=lambda b: self._heal(store, call, b),
+            remember=_remember_restored,
+        )
+
+    def _restore(self, store: Store, ref: str, call: KeyedCall) -> hits.Hit | str:
+        """The hit for *call*, fully planned (nothing changed yet), or why it misses.
+
+        The reason is "" when there is no stored call of this key at all.
+        """
         try:
             evaluation_id = store.refs.read(ref)
         except MemostoreError as exc:
             _warn(f"ignoring damaged ref {ref}: {exc}")
-            return False, None
+            return "its ref is damaged"
         if evaluation_id is None:
             # A local miss: a remote configured with auto-fetch may know this call.
             from .remote import fetch_on_miss
 
             evaluation_id = fetch_on_miss(store, ref)
             if evaluation_id is None:
-                return False, None
+                return ""
         try:
             try:
-                body, decoder, result = self._decode_evaluation(store, evaluation_id, call)
+                return self._prepare_hit(store, evaluation_id, call)
             except ObjectNotFound:
                 # Another process may have replaced the evaluation and gc freed the
                 # old one between our two reads: read the ref again, once.
                 newer = store.refs.read(ref)
                 if newer is None or newer == evaluation_id:
                     raise
-                evaluation_id = newer
-                body, decoder, result = self._decode_evaluation(store, evaluation_id, call)
-            if body is None:
-                return False, None
-        except StaleCode:
-            return False, None  # code a stored value needs has changed: recompute
+                return self._prepare_hit(store, newer, call)
+        except hits.NotUsable as exc:
+            if exc.warn:
+                _warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
+            return exc.reason
+        except StaleCode as exc:
+            return f"code a stored value needs has changed ({exc})"
         except ObjectNotFound as exc:
             _warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
-            return False, None
+            return "the stored result is incomplete"
         except (DecodeError, MemostoreError, ValueError) as exc:
             _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
-            return False, None
-        _remember_restored(decoder, evaluation_id)
-        return True, result
+            return "the stored result cannot be restored"
 
-    def _heal(self, store: Store, call: _Call, body: dict[str, Any]) -> None:
+    def _heal(self, store: Store, call: KeyedCall, body: dict[str, Any]) -> None:
         """Write back what a hit's evaluation lacks: its arguments' objects or code document.
 
         A hit reads the result only. When a reader found one of the evaluation's
@@ -342,7 +334,7 @@ class MemoizedFunction:
             return
 
     def _compute(
-        self, store: Store, call: _Call, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, store: Store, call: KeyedCall, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         ctx = context.EvalContext(
             store=store,
@@ -365,6 +357,7 @@ class MemoizedFunction:
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
+        rng_frame = rng.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         started = time.time()
         t0 = time.perf_counter()
@@ -372,111 +365,28 @@ class MemoizedFunction:
             result = self._fn(*args, **kwargs)
         except BaseException as exc:
             context.leave(token)
+            if rng_frame is not None:
+                rng.end(rng_frame)
             if storable and not isinstance(exc, GeneratorExit):
                 status = "error" if isinstance(exc, Exception) else "interrupted"
-                self._record_failure(store, call, ctx, exc, status, started, t0)
+                recording.record_failure(store, call, ctx, exc, status, started, t0)
                 with contextlib.suppress(OSError):
                     store.clear_pending(ctx.run_id)
             raise
         context.leave(token)
         duration = time.perf_counter() - t0
         if storable:
-            self._store_result(store, call, ctx, result, started, duration)
+            rng_used = rng.end(rng_frame) if rng_frame is not None else {}
+            recording.store_result(store, call, ctx, result, started, duration, rng_used)
+            if call.stored is not None:
+                _remember_stored(result, call.stored.id)
             with contextlib.suppress(OSError):
                 store.clear_pending(ctx.run_id)
         else:
             ctx.finalize("ok")
         return result
 
-    def _base_fields(self, call: _Call, ctx: context.EvalContext, started: float) -> dict[str, Any]:
-        distributions = tuple(
-            d.symbol.split(":", 1)[1] for d in call.code.deps.values() if d.kind == "distribution"
-        )
-        return {
-            "function": self.symbol,
-            "key": call.key,
-            "code": call.code_doc.id,
-            "code_digest": call.code.digest,
-            "version": self._version,
-            "args": call.args_id,
-            "hparams": ctx.hparams,
-            "args_summary": {name: summarize(value) for name, value in call.arguments},
-            "started": started,
-            "provenance": provenance(self._code_file, distributions),
-            "parents": sorted(call.encoder.parents),
-        }
-
-    def _store_result(
-        self,
-        store: Store,
-        call: _Call,
-        ctx: context.EvalContext,
-        result: Any,
-        started: float,
-        duration: float,
-    ) -> None:
-        try:
-            # Fields first (provenance may read the user's git repository): from the
-            # first result object written to the ref's publication, only gc's grace
-            # period keeps those objects, so that window stays as short as possible.
-            fields = self._base_fields(call, ctx, started)
-            sink = StoreSink(store.objects)
-            encoder = Encoder(sink)
-            try:
-                result_id = encoder.encode_value(result)
-            finally:
-                sink.abort()  # a pack left by a failed encoding (none once it succeeded)
-            payloads = {**call.encoder.payloads, **encoder.payloads}
-            fields.update(
-                result=result_id,
-                result_summary=summarize(result),
-                status="ok",
-                error=None,
-                duration_s=duration,
-                payloads=dict(sorted(payloads.items())),
-                logs=None,
-            )
-            fields.update(ctx.finalize("ok"))
-            doc = _publish(store, fields, ctx, eval_ref_name(self.symbol, call.key))
-        except Exception as exc:
-            _warn(
-                f"could not store the result of {self.symbol} ({type(exc).__name__}: {exc})"
-                f"{_fix(exc, store)}; it is returned unstored and the next call will compute it "
-                "again"
-            )
-            return
-        _remember_stored(result, result_id, doc.id)
-
-    def _record_failure(
-        self,
-        store: Store,
-        call: _Call,
-        ctx: context.EvalContext,
-        exc: BaseException,
-        status: str,
-        started: float,
-        t0: float,
-    ) -> None:
-        try:
-            fields = self._base_fields(call, ctx, started)
-            fields.update(
-                result=None,
-                result_summary=None,
-                status=status,
-                error=error_record(exc),
-                duration_s=time.perf_counter() - t0,
-                payloads=dict(sorted(call.encoder.payloads.items())),
-                logs=None,
-            )
-            fields.update(ctx.finalize(status))
-            _publish(store, fields, ctx, failed_ref_name(self.symbol, call.key))
-        except Exception as record_exc:
-            _warn(
-                f"could not record the failure of {self.symbol}: {record_exc}"
-                f"{_fix(record_exc, store)}"
-            )
-
-    def _write_code_doc(self, store: Store, call: _Call) -> None:
+    def _write_code_doc(self, store: Store, call: KeyedCall) -> None:
         marker = (str(store.root), call.code.digest)
         if marker in self._code_docs_written:
             return
@@ -484,50 +394,21 @@ class MemoizedFunction:
         self._code_docs_written.add(marker)
 
 
-def _publish(store: Store, fields: dict[str, Any], ctx: context.EvalContext, ref_name: str) -> Doc:
-    """Write the evaluation record, make everything durable, then point *ref_name* at it.
-
-    The ref is written last: until then nothing names the new objects, so a crash
-    at any earlier point leaves the store as it was (plus unreachable objects).
-    """
-    doc = evaluation_doc(fields, ctx.links)
-    store.objects.add_doc(doc)
-    store.objects.sync()
-    store.refs.set(ref_name, doc.id)
-    index.record(store, doc.id, doc.body)
-    return doc
-
-
-class _Call:
-    """A keyed call: its arguments, code, key and what hashing them produced."""
-
-    __slots__ = ("_code_doc", "args_id", "arguments", "code", "encoder", "fn", "key", "sink")
-
-    def __init__(
-        self,
-        fn: MemoizedFunction,
-        arguments: list[tuple[str, Any]],
-        code: Any,
-        sink: HashSink,
-        encoder: Encoder,
-        args_id: str,
-        key: str,
-    ) -> None:
-        self.fn = fn
-        self.arguments = arguments
-        self.code = code
-        self.sink = sink
-        self.encoder = encoder
-        self.args_id = args_id
-        self.key = key
-        self._code_doc: Doc | None = None
-
-    @property
-    def code_doc(self) -> Doc:
-        """The code document of the function (built once: it hashes every source)."""
-        if self._code_doc is None:
-            self._code_doc = code_doc(self.code)
-        return self._code_doc
+def _watched(arguments: list[tuple[str, Any]], code: Any, skipped: set[str]) -> Watched:
+    """The arguments, then the data globals the code reads (keyed like arguments)."""
+    data_globals = getattr(code, "data_globals", ())
+    if not data_globals:
+        return Watched(arguments)
+    items = list(arguments)
+    where: dict[str, Any] = {}
+    for g in data_globals:
+        if g.symbol in skipped:
+            continue
+        where[g.symbol] = (g.namespace, g.name)
+        value = g.namespace.get(g.name, MISSING)
+        if value is not MISSING:
+            items.append((g.symbol, value))
+    return Watched(items, where)
 
 
 def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
@@ -541,7 +422,7 @@ def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
         lineage_cache.put(obj, evaluation_id)
 
 
-def _remember_stored(result: Any, result_id: str, evaluation_id: str) -> None:
+def _remember_stored(result: Any, evaluation_id: str) -> None:
     lineage_cache.put(result, evaluation_id)
     if isinstance(result, (tuple, list)):
         for item in result:
@@ -560,8 +441,10 @@ def memo(
     fn: None = None,
     *,
     ignore: Iterable[str] = (),
+    files: Iterable[str] = (),
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
+    rng: str = "track",
 ) -> Callable[[F], F]: ...
 
 
@@ -569,8 +452,10 @@ def memo(
     fn: Callable[..., Any] | None = None,
     *,
     ignore: Iterable[str] = (),
+    files: Iterable[str] = (),
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
+    rng: str = "track",
 ) -> Any:
     """Memoise a function in the store.
 
@@ -579,8 +464,15 @@ def memo(
     Args:
         fn: the function (when used without parentheses).
         ignore: parameter names left out of the call key (loggers, devices, ...).
+        files: parameter names keyed by the content of the file or directory tree
+            their argument names (a str, os.PathLike, or a list or tuple of them),
+            not by the name (``docs/concepts.md``, "Files and directories").
         version: an explicit salt; change it to invalidate every stored result.
         store: a :class:`Store` or path; default :meth:`Store.default` at call time.
+        rng: ``"track"`` (default): a body that draws from a global RNG (torch's,
+            numpy's, ``random``'s) hits only when that RNG is in the state the
+            stored call started from, and a hit leaves it where the body left it;
+            ``"ignore"``: global RNGs are neither part of the key nor set by a hit.
 
     Returns:
         A callable with the function's name and docstring, ``__wrapped__``,
@@ -588,10 +480,14 @@ def memo(
     """
     if isinstance(ignore, str):
         ignore = (ignore,)
+    if isinstance(files, str):
+        files = (files,)
     version_text = None if version is None else str(version)
 
     def wrap(f: Callable[..., Any]) -> Any:
-        return MemoizedFunction(f, ignore=ignore, version=version_text, store=store)
+        return MemoizedFunction(
+            f, ignore=ignore, files=files, version=version_text, store=store, rng=rng
+        )
 
     if fn is not None:
         return wrap(fn)

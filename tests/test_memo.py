@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import run_script, write_script
 
-from memostore import MemostoreError, MemostoreWarning, Store, memo
+from memostore import MemostoreError, MemostoreWarning, Store, ignore_global, memo
 
 
 @dataclasses.dataclass
@@ -23,11 +23,12 @@ class Point:
 
 
 class Calls:
-    """Counts body runs. An instance (not a list) so that the closure holding it is
-    not hashed by value: recording a call must not change the function's key."""
+    """Counts body runs. Ignored by identity (``ignore_global``) so that the closure
+    holding it does not key by it: recording a call must not change the key."""
 
     def __init__(self) -> None:
         self.args: list = []
+        ignore_global(self)
 
     def append(self, value) -> None:
         self.args.append(value)

@@ -227,12 +227,18 @@ def count(loader):
     return sum(len(batch[0]) for batch in loader)
 
 
+@memo(rng="ignore")
+def count_any_order(loader):
+    note(f"any order {loader.batch_size}")
+    return sum(len(batch[0]) for batch in loader)
+
+
 train, val, local, squares = load(100)
 print(len(train), len(val), train.indices[:5], train.dataset is val.dataset)
 print(local[3], squares[2][1].item(), type(local).__name__, type(squares).__name__)
 torch.manual_seed(int(sys.argv[1]))
 loader = DataLoader(train, batch_size=int(sys.argv[2]), shuffle=True, num_workers=int(sys.argv[3]))
-print(count(loader))
+print(count(loader), count_any_order(loader))
 """
 
 
@@ -242,10 +248,19 @@ def test_datasets_and_loaders_across_processes(tmp_path: Path) -> None:
     env = {"MEMOSTORE_DIR": str(tmp_path / "store")}
     outputs = [
         run_script(script, *args, env=env).stdout.splitlines()
-        for args in (("0", "8", "0"), ("1", "8", "0"), ("2", "8", "2"), ("3", "16", "0"))
+        for args in (("0", "8", "0"), ("0", "8", "2"), ("1", "8", "0"), ("3", "16", "0"))
     ]
     runs = (tmp_path / "runs.txt").read_text().splitlines()
-    assert runs == ["load", "count 8", "count 16"], "seed and num_workers do not change the key"
+    # Shuffling draws from the global RNG: another seed is another call (unless the
+    # function says the draws do not matter); num_workers never changes the key.
+    assert runs == [
+        "load",
+        "count 8",
+        "any order 8",
+        "count 8",
+        "count 16",
+        "any order 16",
+    ]
     assert len({tuple(out[:2]) for out in outputs}) == 1
     assert outputs[0][0].endswith("True") and outputs[0][1] == "3 4.0 _MapStyle Squares"
-    assert [out[2] for out in outputs] == ["80"] * 4
+    assert [out[2] for out in outputs] == ["80 80"] * 4

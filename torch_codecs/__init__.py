@@ -17,10 +17,11 @@ def register(registry: Any) -> None:
     """Register every torch codec into a memostore codec registry."""
     from .data import DATA_CODECS
     from .dtypes import DtypeCodec, MemoryFormatCodec
+    from .exposure import install
     from .loaders import DataLoaderCodec
     from .modules import ModuleCodec
     from .optim import OptimizerCodec
-    from .rng import GeneratorCodec
+    from .rng import CudaRNG, GeneratorCodec, TorchRNG
     from .schedulers import SchedulerCodec
     from .tensors import TensorCodec
 
@@ -37,6 +38,12 @@ def register(registry: Any) -> None:
     ]
     for codec in codecs:
         registry.register(codec)
+    from memostore.effects.rng import register_rng
+
+    register_rng(TorchRNG())
+    register_rng(CudaRNG())
+    # Before any digest is cached: writes that move no version counter are seen from now on.
+    install()
 
 
 __all__ = ["register", "set_check_mode", "wait_for_checks"]

@@ -33,6 +33,7 @@ from memostore.errors import EncodeError
 from .fingerprints import Fingerprint, fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .module_guards import TreeGuard
+from .replay import assign_module
 from .summaries import summarize
 
 _OWN_KEYS = frozenset({"_parameters", "_buffers", "_modules"})
@@ -92,6 +93,9 @@ class ModuleCodec(Codec):
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
+
+    def assign(self, target: torch.nn.Module, source: torch.nn.Module, plan: Any) -> bool:
+        return assign_module(target, source, plan)
 
 
 class ModuleFingerprint:

@@ -35,6 +35,7 @@ from memostore.codecs import Codec
 from .fingerprints import fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .modules import SESSION_PARAMS, param_key
+from .replay import assign_optimizer
 from .summaries import summarize
 
 _OWN_KEYS = frozenset({"defaults", "state", "param_groups"})
@@ -142,6 +143,11 @@ class OptimizerCodec(Codec):
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
+
+    def assign(
+        self, target: torch.optim.Optimizer, source: torch.optim.Optimizer, plan: Any
+    ) -> bool:
+        return assign_optimizer(target, source, plan, _split_dict)
 
 
 def _state_of(opt: torch.optim.Optimizer, p: torch.Tensor) -> Any:

@@ -26,6 +26,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from memostore.codecs import Codec
 
+from .replay import assign_scheduler
 from .summaries import summarize
 
 _WEAK_TYPES = (weakref.ref, weakref.WeakMethod)
@@ -56,6 +57,9 @@ class SchedulerCodec(Codec):
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
+
+    def assign(self, target: Any, source: Any, plan: Any) -> bool:
+        return assign_scheduler(target, source, plan, _WEAK_TYPES)
 
 
 def track_step_calls(opt: torch.optim.Optimizer) -> None:

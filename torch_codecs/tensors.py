@@ -38,6 +38,7 @@ from .blobs import data_nbytes, read_tensor, tensor_producer
 from .checks import PendingCheck
 from .dtypes import dtype_from_name, dtype_name
 from .fingerprints import tensor_data_state
+from .replay import assign_tensor, tensor_unchanged
 from .summaries import summarize
 
 _SCRATCH_GROUPS = "torch.storage_groups"
@@ -230,6 +231,12 @@ class TensorCodec(Codec):
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
+
+    def unchanged(self, target: torch.Tensor, source: torch.Tensor) -> bool:
+        return tensor_unchanged(target, source)
+
+    def assign(self, target: torch.Tensor, source: torch.Tensor, plan: Any) -> bool:
+        return assign_tensor(target, source, plan)
 
 
 def _blob(t: torch.Tensor, enc: Any) -> str:

@@ -1,0 +1,53 @@
+"""One line per memoised call, when asked for: hit or miss, and why it missed.
+
+Off by default. ``MEMOSTORE_VERBOSE=1`` in the environment turns it on for a
+process, :func:`set_verbose` from code (it wins over the environment). Lines
+go to standard error, as joblib's ``verbose`` does::
+
+    memostore: train: hit 3f2a9c1d (saved 19.5 s)
+    memostore: train: miss 8be0d2a7 (lr changed)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+_ENV = "MEMOSTORE_VERBOSE"
+_forced: bool | None = None
+_from_env: bool | None = None  # read once: this runs on every call
+
+
+def set_verbose(on: bool | None = True) -> None:
+    """Print a line for every memoised call (None: follow ``$MEMOSTORE_VERBOSE`` again)."""
+    global _forced, _from_env
+    _forced = on
+    _from_env = None
+
+
+def enabled() -> bool:
+    global _from_env
+    if _forced is not None:
+        return _forced
+    if _from_env is None:
+        _from_env = os.environ.get(_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return _from_env
+
+
+def _name(symbol: str) -> str:
+    return symbol.rpartition(":")[2] or symbol
+
+
+def _emit(text: str) -> None:
+    print(f"memostore: {text}", file=sys.stderr, flush=True)
+
+
+def report_hit(symbol: str, evaluation_id: str, body: dict[str, Any]) -> None:
+    saved = body.get("duration_s")
+    tail = f" (saved {saved:.1f} s)" if isinstance(saved, (int, float)) else ""
+    _emit(f"{_name(symbol)}: hit {evaluation_id[:8]}{tail}")
+
+
+def report_miss(symbol: str, key: str, reason: str) -> None:
+    _emit(f"{_name(symbol)}: miss {key[:8]} ({reason})")
