@@ -2,14 +2,18 @@
 
 Call flow:
 
-1. bind the arguments, apply defaults, drop ``ignore``-d ones;
+1. bind the arguments, apply defaults, drop ``ignore``-d ones, key declared
+   paths by content (``paths.py``); add the data globals the code reads;
 2. key = digest(function symbol, code digest of its dependency closure,
-   digest of the arguments, ``version``);
-3. ``refs/evals/<function>/<key>`` names the evaluation; restore its result
-   (fresh objects). A missing, corrupt or stale (code changed) result is a miss;
+   digest of the arguments and data globals, ``version``) (``keys.py``);
+3. ``refs/evals/<function>/<key>`` names the evaluation; a hit is prepared
+   without changing anything (its RNG condition, result, argument effects:
+   ``hits.py``), then committed. A missing, corrupt or stale (code changed)
+   result, or one that cannot be replayed here, is a miss;
 4. on a miss, store the arguments, run the body inside an evaluation context
-   (for logging), store the result, then publish the ref: the ref is written
-   last, so a crash at any point leaves the previous state intact;
+   (for logging) watching the global RNGs, then store the result, the
+   arguments' post-call states and the RNG record, and publish the ref last,
+   so a crash at any point leaves the previous state intact (``recording.py``);
 5. a failure to store warns (:class:`MemostoreWarning`) and returns the result.
 """
 
@@ -223,7 +227,16 @@ class MemoizedFunction:
         ref = eval_ref_name(self.symbol, call.key)
         hit = self._restore(store, ref, call)
         if isinstance(hit, hits.Hit):
-            result = hit.commit()
+            try:
+                result = hit.commit()
+            except Exception as exc:
+                # Planned, so only the unforeseeable fails here (out of memory in a
+                # copy): say plainly that the program may now be half updated.
+                raise MemostoreError(
+                    f"a hit of {self.symbol} failed while putting the stored post-call state "
+                    f"into its arguments ({type(exc).__name__}: {exc}); they may be partly "
+                    "updated: restart from a known state, or call with @memo(...) removed"
+                ) from exc
             if verbose.enabled():
                 verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
             return result

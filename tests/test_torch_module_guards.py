@@ -259,3 +259,14 @@ def test_forget_digest_of_a_model_forgets_its_tensors() -> None:
 
 def test_a_function_attribute_is_watched_for_new_defaults() -> None:
     _swap_defaults(transformer())
+
+
+def test_data_assignment_over_the_same_storage_is_seen() -> None:
+    # ``t.data = other`` moves no version counter and here keeps the data pointer:
+    # only its shape and stride change, which the guard sees as an exposure.
+    model = deep_model()
+    cached(model)
+    before = cached(model)  # now guarded
+    weight = _leaf(model).weight
+    weight.data = weight.detach().t()
+    assert cached(model) == fresh(model) != before

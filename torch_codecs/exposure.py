@@ -13,7 +13,10 @@ torch operation moves the version counter, but some writers do not:
   write through ``a`` or ``b``;
 * torch's fused optimizer kernels (``Adam(fused=True)``, ``AdamW``, ``SGD``,
   ``Adagrad``) update parameters and their state without moving any counter;
-* ``share_memory_()`` puts a storage where other processes can write it.
+* ``share_memory_()`` puts a storage where other processes can write it;
+* ``t.data = other`` changes a tensor's shape, stride or dtype, maybe over the
+  same storage, without moving its version counter (every in-place operation
+  that changes them moves it: ``resize_``, ``set_``, ``transpose_``, ...).
 
 :func:`install` wraps exactly those entry points (once per process). Each of
 them records an *exposure* of the storage involved: a global generation
@@ -170,8 +173,15 @@ def _data_get(self: torch.Tensor) -> torch.Tensor:
 
 
 def _data_set(self: torch.Tensor, value: torch.Tensor) -> None:
-    # A new storage: the data pointer changes, which fingerprints see.
+    # The one change of shape, stride or dtype that moves no version counter (and
+    # may keep the data pointer: ``p.data = p.view(-1)``): an exposure, before and after.
+    before = storage_key(self)
     _BASE_DATA.__set__(self, value)
+    after = storage_key(self)
+    with _lock:
+        _drain()
+        for key in {before, after} - {0}:
+            _touch(key)
 
 
 def _numpy(self: torch.Tensor, *, force: bool = False) -> Any:

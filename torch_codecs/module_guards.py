@@ -19,8 +19,9 @@ What a guard checks, which is what a module tree's stored form depends on:
   and every other dict (the hook dicts) still empty;
 * every module's ``_parameters``, ``_buffers`` and ``_modules``: the same
   names, in order, bound to the same objects;
-* every tensor: its version counter, data pointer, shape, stride, dtype and
-  ``requires_grad``, and no attributes set on it; the running statistics of
+* every tensor: its version counter, data pointer and ``requires_grad`` (its
+  shape, stride and dtype change only with one of those, or by ``t.data = ...``,
+  which is an exposure, below), and no attributes set on it; the running statistics of
   norm layers, which torch updates without moving their version counters, by
   their bytes;
 * no tensor's storage exposed, since the guard last held, to writes that move
@@ -53,7 +54,7 @@ import torch
 
 from . import exposure
 from .exposure import any_live, keys_unexposed_since
-from .fingerprints import DATA_PTR, STRIDE, content_bytes, running_stats, untracked_data_state
+from .fingerprints import DATA_PTR, content_bytes, running_stats, untracked_data_state
 from .module_plans import ATOMS
 
 _DICT = attrgetter("__dict__")
@@ -66,14 +67,13 @@ _SEQUENCE_ITEMS = frozenset({type(None), bool, int, float, str})
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 _DEFAULT_GETSTATE = torch.nn.Module.__getstate__
 _DEREF = weakref.ref.__call__
-# What a tensor's stored form depends on, one C-level pass each (the fields of a
-# fingerprint's tensors, fingerprints.py).
+# What a tensor's stored form depends on, one C-level pass each. Its shape,
+# stride and dtype change only with its version counter or data pointer (every
+# in-place operation that changes them moves the counter), or through
+# ``t.data = other``, which is an exposure (exposure.py): not read per tensor.
 _TENSOR_FIELDS: tuple[Callable[[Any], Any], ...] = (
     attrgetter("_version"),
     DATA_PTR,
-    STRIDE,
-    attrgetter("shape"),
-    attrgetter("dtype"),
     attrgetter("requires_grad"),
 )
 
