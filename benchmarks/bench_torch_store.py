@@ -7,11 +7,21 @@ Measures, each as the median of ``--runs`` runs (``RESULT`` lines for
    MiB in 200 tensors; the call stores it into an empty store (write, hash,
    fsync). Baseline: ``safetensors.torch.save_file`` of the same dict plus an
    fsync of the file. Target: at most 1.5x.
-2. **Restore on a hit**: the same call again (nothing runs; the result is
-   restored and every blob is checked against its id). Baseline:
-   ``safetensors.torch.load_file``. Target: at most 1.2x. Also reported: both
-   followed by a pass over every byte (``restore + read``), since both may map
-   the file lazily.
+2. **Restore on a hit**, every restored byte proven to match its blob id
+   before the call returns, side by side (each timed restore starts with this
+   process's copy of the verified record dropped, as in a fresh process):
+
+   * *unchanged since written*: the blobs are in the store's verified record,
+     so nothing is hashed. Baseline: ``safetensors.torch.load_file``. Target:
+     at most 1.2x.
+   * *not in the record* (a store copied with ``cp -r``; here the ``verified/``
+     directory is deleted): every mapped byte is hashed first. Baseline:
+     ``load_file`` followed by a pass over every byte. Target: at most 1.0x.
+   * *first hit after a pull* into another store (the pull records what it
+     writes, as loose files). Same baseline and target.
+   * supporting figures: ``set_check_mode("always")`` (every byte hashed on
+     every restore), and a restore followed by a pass over every byte
+     (``restore + read``), since both loaders may map the file lazily.
 3. **Deduplication**: 10 results of 10 ``Linear(1000, 1000)`` layers each, 9 of
    the 10 layers identical across results. Target: the store holds at most
    1.15x the unique bytes.
@@ -26,14 +36,12 @@ Measures, each as the median of ``--runs`` runs (``RESULT`` lines for
    ``--dataset-mb`` MB dataset from a memoised loader (from its miss, then from
    its hit): each call's key against hashing the dataset once. Target: under 5%.
 
-A restored blob is memory-mapped and checked against its id on a background
-thread (``torch_codecs/checks.py``); the restore is also timed with the check
-done before returning (``eager``). The per-process record of checked blobs is
-cleared before each timed restore, as in a fresh process. Before each timed
-restore (memostore's and safetensors' alike) the file system is synced, so
-that the writeback of the gigabyte just stored, which stalls file-system calls
-for milliseconds on a small machine, falls in neither timing. Run from the
-repository root::
+The restores of one run are timed in rotation (the order shifts by one each
+run), so that load from other processes falls on every candidate alike.
+Before each timed restore (memostore's and safetensors' alike) the file system
+is synced, so that the writeback of the gigabyte just stored, which stalls
+file-system calls for milliseconds on a small machine, falls in no timing. Run
+from the repository root::
 
     python benchmarks/bench_torch_store.py                 # 1 GiB
     python benchmarks/bench_torch_store.py --size-mib 256 --digest-mib 256 --runs 3
@@ -58,8 +66,10 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, result, rotate
 
-from memostore import forget_digest, ignore_global, memo
+from memostore import Store, forget_digest, ignore_global, memo
 from memostore.hashing import digest_value
+from memostore.remote import pull, push
+from memostore.verified import forget_known, hashed_bytes
 from torch_codecs import checks
 
 TENSORS = 200
@@ -90,91 +100,124 @@ def _size(mib: int) -> str:
     return f"{mib >> 10} GiB" if mib >= 1024 and mib % 1024 == 0 else f"{mib} MiB"
 
 
+RESTORES = ("load", "unrecorded", "pulled", "always", "touch", "st_load", "st_touch")
+
+
+def _memoised(sd: dict[str, torch.Tensor], root: Path, runs: list[str]) -> Any:
+    """The benchmark's memoised function on the store at *root* (same key everywhere)."""
+
+    @memo(store=root)
+    def produce(tag: str) -> dict[str, torch.Tensor]:
+        runs.append(tag)
+        return sd
+
+    return produce
+
+
+def _fsynced_save(sd: dict[str, torch.Tensor], path: Path) -> None:
+    save_file(sd, str(path))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def bench_store_restore(size_mib: int, runs: int, work: Path) -> list[dict]:
     # What is timed is storing and restoring the result: the state dict the body
     # returns is not also an input (a closure holding data is keyed by its value).
     sd = ignore_global(make_state_dict(size_mib))
-    times: dict[str, list[float]] = {
-        k: [] for k in ("store", "load", "eager", "touch", "st_store", "st_load", "st_touch")
-    }
+    times: dict[str, list[float]] = {k: [] for k in ("store", "st_store", *RESTORES)}
+    hashed: dict[str, list[int]] = {k: [] for k in RESTORES if not k.startswith("st_")}
     for run in range(runs):
-        root = work / f"store{run}"
-
-        @memo(store=root)
-        def produce(tag: str) -> dict[str, torch.Tensor]:
-            return sd
-
+        root, remote, pulled = work / f"store{run}", work / f"remote{run}", work / f"pulled{run}"
+        ran: list[str] = ignore_global([])  # counts the body's runs; not part of any key
+        produce = _memoised(sd, root, ran)
         produce.key("warm")  # code digest and codec registry, outside the timing
         times["store"].append(timed(lambda produce=produce: produce("miss"))[0])
-        for mode, name in (("background", "load"), ("eager", "eager")):
-            checks.forget_verified()
-            checks.set_check_mode(mode)
-            os.sync()
-            elapsed, restored = timed(lambda produce=produce: produce("miss"))
-            checks.wait_for_checks()
-            assert torch.equal(restored["layer7.weight"], sd["layer7.weight"])
-            times[name].append(elapsed)
-        checks.set_check_mode("background")
-        checks.forget_verified()
-        os.sync()
-        times["touch"].append(timed(lambda produce=produce: touch_all(produce("miss")))[0])
-        checks.wait_for_checks()
-        shutil.rmtree(root)
-
         path = work / f"baseline{run}.safetensors"
+        times["st_store"].append(timed(lambda path=path: _fsynced_save(sd, path))[0])
+        push(Store(root), str(remote))
+        pull(Store(pulled), str(remote))
+        shutil.rmtree(remote)
+        produce_pulled = _memoised(sd, pulled, ran)
+        assert produce_pulled.key("miss") == produce.key("miss")
 
-        def save(path: Path = path) -> None:
-            save_file(sd, str(path))
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        def restore(name: str, produce: Any = produce, pulled_fn: Any = produce_pulled,
+                    root: Path = root, path: Path = path) -> Any:  # fmt: skip
+            if name == "st_load":
+                return load_file(str(path))
+            if name == "st_touch":
+                return touch_all(load_file(str(path)))
+            if name == "touch":
+                return touch_all(produce("miss"))
+            return (pulled_fn if name == "pulled" else produce)("miss")
 
-        times["st_store"].append(timed(save)[0])
-        os.sync()
-        times["st_load"].append(timed(lambda path=path: load_file(str(path)))[0])
-        os.sync()
-        times["st_touch"].append(timed(lambda path=path: touch_all(load_file(str(path))))[0])
+        order = RESTORES[run % len(RESTORES) :] + RESTORES[: run % len(RESTORES)]
+        for name in order:
+            forget_known()  # as in a fresh process: the record is read from disk
+            if name == "unrecorded":
+                shutil.rmtree(root / "verified", ignore_errors=True)  # as after cp -r
+            checks.set_check_mode("always" if name == "always" else "recorded")
+            os.sync()
+            before = hashed_bytes()
+            elapsed, out = timed(lambda name=name: restore(name))
+            checks.set_check_mode("recorded")
+            times[name].append(elapsed)
+            if name in hashed:
+                hashed[name].append(hashed_bytes() - before)
+            if isinstance(out, dict):
+                assert torch.equal(out["layer7.weight"], sd["layer7.weight"])
+        assert ran == ["miss"], f"every restore a hit: {ran}"
+        shutil.rmtree(root)
+        shutil.rmtree(pulled)
         path.unlink()
 
     med = {k: statistics.median(v) for k, v in times.items()}
+    mib = {k: statistics.median(v) / 2**20 for k, v in hashed.items()}
     label = f"{size_mib} MiB state_dict, {TENSORS} tensors"
-    report(
-        f"store on a miss ({label})",
-        med["store"],
-        med["st_store"],
-        "safetensors save_file+fsync",
-        "<= 1.5",
-    )
-    report(
-        f"restore on a hit ({label})",
-        med["load"],
-        med["st_load"],
-        "safetensors load_file",
-        "<= 1.2",
-    )
-    report(
-        f"restore on a hit, eager check ({label})",
-        med["eager"],
-        med["st_load"],
-        "safetensors load_file",
-        "(no target)",
-    )
-    report(f"restore + read every byte ({label})", med["touch"], med["st_touch"],
-           "safetensors load_file + read", "(no target)")  # fmt: skip
+    lines = [
+        ("store on a miss", "", "store", "st_store", "safetensors save_file+fsync", "<= 1.5"),
+        ("restore on a hit, unchanged since written", "load", "load", "st_load",
+         "safetensors load_file", "<= 1.2"),
+        ("restore on a hit, blobs not in the record", "unrecorded", "unrecorded", "st_touch",
+         "safetensors load_file + read", "<= 1.0"),
+        ("first hit after a pull", "pulled", "pulled", "st_touch",
+         "safetensors load_file + read", "<= 1.0"),
+        ("first hit after a pull, against load_file alone", "pulled", "pulled", "st_load",
+         "safetensors load_file", "(no target)"),
+        ("restore, check mode always", "always", "always", "st_load", "safetensors load_file",
+         "(no target)"),
+        ("restore + read every byte", "touch", "touch", "st_touch",
+         "safetensors load_file + read", "(no target)"),
+    ]  # fmt: skip
+    for name, counted, ours, theirs, baseline, target in lines:
+        extra = f"; {mib[counted]:.0f} MiB hashed" if counted else ""
+        report(f"{name} ({label}{extra})", med[ours], med[theirs], baseline, target)
     what = f"{_size(size_mib)} state_dict of {TENSORS} tensors"
-    note = f"median of {runs}"
+    note = f"median of {runs}, restores in rotation"
     return [
         result("torch.store", f"Store a {what} on a miss", ours=med["store"],
                baseline=med["st_store"], baseline_name="safetensors save_file + fsync",
                kind="max", limit=1.5, note=note),
-        result("torch.restore", f"Restore a {what} on a hit (blobs mapped, checked in the "
-               "background)", ours=med["load"], baseline=med["st_load"],
-               baseline_name="safetensors load_file", kind="max", limit=1.2, note=note),
-        result("torch.restore_eager", f"Restore a {what} on a hit, every blob checked before "
-               "returning", ours=med["eager"], baseline=med["st_load"],
-               baseline_name="safetensors load_file", kind="info", note=note),
+        result("torch.restore", f"Restore a {what} on a hit (blobs mapped, proven before "
+               "returning: unchanged since written, per the verified record)", ours=med["load"],
+               baseline=med["st_load"], baseline_name="safetensors load_file", kind="max",
+               limit=1.2, note=f"{note}; {mib['load']:.0f} MiB hashed"),
+        result("torch.restore_unrecorded", f"Restore a {what} on a hit, blobs not in the "
+               "verified record (as after cp -r): every byte hashed before returning",
+               ours=med["unrecorded"], baseline=med["st_touch"],
+               baseline_name="safetensors load_file, then read every byte", kind="max",
+               limit=1.0, note=f"{note}; {mib['unrecorded']:.0f} MiB hashed"),
+        result("torch.restore_pulled", f"First hit of a {what} after a pull into another store",
+               ours=med["pulled"], baseline=med["st_touch"],
+               baseline_name="safetensors load_file, then read every byte", kind="max",
+               limit=1.0, note=f"{note}; {mib['pulled']:.0f} MiB hashed; "
+               f"{med['pulled'] / med['st_load']:.2f}x load_file alone (loose files)"),
+        result("torch.restore_eager", f"Restore a {what} on a hit with check mode \"always\" "
+               "(every byte hashed on every restore)", ours=med["always"],
+               baseline=med["st_load"], baseline_name="safetensors load_file", kind="info",
+               note=f"{note}; {mib['always']:.0f} MiB hashed"),
         result("torch.restore_read", f"Restore a {what} on a hit, then read every byte",
                ours=med["touch"], baseline=med["st_touch"],
                baseline_name="safetensors load_file, then read every byte", kind="info",

@@ -79,6 +79,19 @@ TARGETS = (
     Target(14, "Repeated key of a Hugging Face Dataset", "<= 1 ms", ("contract.hf_key",)),
     Target(14, "Hit overhead, tiny arguments (with the hit contract)", "<= 0.5x joblib.Memory",
            ("memo.hit_overhead",)),
+    Target(15, "Restore a 1 GiB state_dict on a hit, every byte proven, blobs unchanged since "
+           "written or verified", "<= 1.2x load_file", ("torch.restore",)),
+    Target(15, "The same restore, first hit after a pull", "<= 1.0x load_file + reading every byte",
+           ("torch.restore_pulled",)),
+    Target(15, "The same restore, blobs not yet recorded (a copied store)",
+           "<= 1.0x load_file + reading every byte", ("torch.restore_unrecorded",)),
+    Target(15, "Store a 1 GiB state_dict on a miss (with verified writes)",
+           "<= 1.5x save_file + fsync", ("torch.store",)),
+    Target(16, "100,000 add_scalar calls with live visibility on (timer flushes, a follower "
+           "reading)", "<= 0.1x torch SummaryWriter", ("live.add_scalar",)),
+    Target(16, "100,000 scalars logged live, in the store", "< 1 MB", ("live.size",)),
+    Target(16, "add_scalar to visible in show --json from another process",
+           "median <= 2 s (TensorBoard: 30 s reload)", ("live.latency",)),
 )  # fmt: skip
 
 

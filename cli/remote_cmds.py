@@ -1,4 +1,4 @@
-"""``memostore remote add/list/remove``, ``push`` and ``pull``."""
+"""``memostore remote add/list/remove/trust``, ``push`` and ``pull``."""
 
 from __future__ import annotations
 
@@ -22,13 +22,14 @@ from memostore.remote import (
     pull,
     push,
     remove_remote,
+    set_remote_trust,
 )
 from memostore.remote.config import looks_like_url
 from memostore.store import Store
 
 
 def register(group: click.Group) -> None:
-    """Add ``remote`` (add/list/remove), ``push`` and ``pull`` to *group*."""
+    """Add ``remote`` (add/list/remove/trust), ``push`` and ``pull`` to *group*."""
     group.add_command(remote_group)
     group.add_command(push_cmd)
     group.add_command(pull_cmd)
@@ -179,6 +180,11 @@ _FORCE = click.option(
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 _QUIET = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+_TRUSTED = click.option(
+    "--trusted",
+    is_flag=True,
+    help="Trust the remote: code stored by value (pickled) in what it sends may be loaded.",
+)
 
 
 def _sync(
@@ -231,9 +237,16 @@ def remote_group() -> None:
     help="Directory remotes on the store's file system: push by hard-linking object files "
     "(they never change) instead of copying them.",
 )
+@_TRUSTED
 @click.option("--replace", is_flag=True, help="Overwrite a remote of the same name.")
 def remote_add(
-    name: str, url: str, endpoint: str | None, auto_fetch: bool, hardlinks: bool, replace: bool
+    name: str,
+    url: str,
+    endpoint: str | None,
+    auto_fetch: bool,
+    hardlinks: bool,
+    trusted: bool,
+    replace: bool,
 ) -> None:
     """Add a remote: a directory (/shared/ms, file:///...) or s3://bucket/prefix.
 
@@ -243,10 +256,30 @@ def remote_add(
     with _user_errors():
         remote = add_remote(
             _store(create=True), name, url, endpoint=endpoint, auto_fetch=auto_fetch,
-            hardlinks=hardlinks, replace=replace,
+            hardlinks=hardlinks, trusted=trusted, replace=replace,
         )  # fmt: skip
-    extra = " (auto-fetch on)" if remote.auto_fetch else ""
+    settings = [s for s, on in (("auto-fetch on", remote.auto_fetch), ("trusted", trusted)) if on]
+    extra = f" ({', '.join(settings)})" if settings else ""
     click.echo(f"added remote {remote.name}: {remote.url}{extra}")
+
+
+@remote_group.command("trust")
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Stop trusting it: its pickled code is no longer loaded.")
+def remote_trust(name: str, off: bool) -> None:
+    """Trust a remote: code stored by value (pickled) in what it sends may be loaded.
+
+    Pickled code runs when it is loaded: trust a remote only if you trust
+    everyone who can write to it. Untrusted, its values restore through the
+    decoding allowlist alone (classes defined in scripts or inside functions
+    are then recomputed). Applies to objects pulled before, too.
+    """
+    with _user_errors():
+        remote = set_remote_trust(_store(create=False), name, not off)
+    if remote.trusted:
+        click.echo(f"trusting remote {remote.name} ({remote.url}): its pickled code may be loaded")
+    else:
+        click.echo(f"no longer trusting remote {remote.name} ({remote.url})")
 
 
 @remote_group.command("list")
@@ -264,6 +297,8 @@ def remote_list(as_json: bool) -> None:
             details.append("auto-fetch")
         if not r.hardlinks:
             details.append("no hard links")
+        if r.trusted:
+            details.append("trusted")
         suffix = f"  ({', '.join(details)})" if details else ""
         click.echo(f"{r.name}\t{r.url}{suffix}")
 

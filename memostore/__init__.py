@@ -21,6 +21,7 @@ from .immutable import register_immutable
 from .memoize import memo
 from .snapshot import Snapshot, snapshot
 from .store import Store
+from .trust import add_safe_globals
 from .verbose import set_verbose
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "Store",
     "SummaryWriter",
     "__version__",
+    "add_safe_globals",
     "forget_digest",
     "ignore_global",
     "log",

@@ -9,6 +9,11 @@ Code with no importable name (a class made inside a function, a lambda, a
 class in ``__main__``) is also stored *by value* with cloudpickle, as a payload
 blob kept beside the value (in the evaluation), not inside it: pickles of
 dynamic classes carry random ids, and digests must not depend on them.
+
+Restoring is an allowlist (``memostore/trust/``): a reference by name is
+followed only to the user's own code or to a registered library
+constructor, and a payload is unpickled only when this machine wrote it or
+it came from a trusted remote.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .errors import DecodeError, EncodeError, StaleCode
+from .errors import DecodeError, EncodeError, MalformedObject, StaleCode
+from .trust import gate
 
 if TYPE_CHECKING:
     from .decoding import Decoder
@@ -33,7 +39,8 @@ _restored_by_value: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def _names(obj: Any) -> tuple[str, str]:
+def names_of(obj: Any) -> tuple[str, str]:
+    """(module, qualname) a function or class is stored under; EncodeError if it has none."""
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     module = getattr(obj, "__module__", None)
     if module is None:
@@ -46,7 +53,11 @@ def _names(obj: Any) -> tuple[str, str]:
 
 
 def resolve(module: str, qualname: str) -> Any:
-    """Import *module* and follow *qualname*; raise LookupError when absent."""
+    """Import *module* and follow *qualname*; raise LookupError when absent.
+
+    For live objects (encoding, ``memostore diff``); restoring a stored
+    reference goes through :func:`decode_code_ref` and the trust gate instead.
+    """
     if _LOCALS in qualname.split("."):
         raise LookupError(f"{module}:{qualname} is local to a function")
     mod = sys.modules.get(module)
@@ -94,7 +105,7 @@ def _pickle(obj: Any, digest: str) -> bytes:
 
 
 def encode_code_ref(obj: Any, enc: Encoder) -> dict[str, Any]:
-    module, qualname = _names(obj)
+    module, qualname = names_of(obj)
     try:
         importable = resolve(module, qualname) is obj
     except LookupError:
@@ -132,36 +143,34 @@ def _outer_pin(module: str, qualname: str) -> dict[str, str] | None:
     return {"qualname": outer_qualname, "digest": _digest(outer)}
 
 
-def decode_code_ref(node: dict[str, Any], dec: Decoder) -> Any:
-    module, qualname = node["module"], node["qualname"]
+def decode_code_ref(node: dict[str, Any], dec: Decoder, instantiate: bool = False) -> Any:
+    """The function or class a code node names, through the trust gate.
+
+    A reference by name is allowed as ``memostore/trust/gate.py`` says (the
+    user's code, pinned by digest, or a registered library constructor). Code
+    stored by value is today's definition when there is one (its digest must
+    match), else the stored cloudpickle payload, loaded only when this machine
+    wrote it or it came from a trusted remote.
+    """
+    module, qualname = node.get("module"), node.get("qualname")
+    if type(module) is not str or type(qualname) is not str:
+        raise MalformedObject(f"malformed code node {str(node)[:80]}")
     digest = node.get("digest")
+    if digest is not None and not isinstance(digest, str):
+        raise MalformedObject(f"malformed digest in the code node of {module}:{qualname}")
     if not node.get("byvalue"):
-        try:
-            obj = resolve(module, qualname)
-        except LookupError as exc:
-            raise DecodeError(
-                f"stored value needs {module}:{qualname}, which is gone ({exc})"
-            ) from exc
-        if digest:
-            current = _digest(obj)
-            if current != digest:
-                raise StaleCode(f"{module}:{qualname}", digest, current)
-        return obj
+        return gate.allow_code(module, qualname, digest, dec.trust, instantiate=instantiate)
 
     outer = node.get("outer")
-    if outer is not None:
-        try:
-            current_outer = _digest(resolve(module, outer["qualname"]))
-        except LookupError:
-            current_outer = None
-        if current_outer is not None and current_outer != outer["digest"]:
-            raise StaleCode(f"{module}:{outer['qualname']}", outer["digest"], current_outer)
+    if isinstance(outer, dict) and isinstance(outer.get("qualname"), str):
+        defining = gate.find_current(module, outer["qualname"], dec.trust)
+        current_outer = None if defining is None else _digest(defining)
+        stored_outer = str(outer.get("digest"))
+        if current_outer is not None and current_outer != stored_outer:
+            raise StaleCode(f"{module}:{outer['qualname']}", stored_outer, current_outer)
     # Today's definition, when there is one, wins over the stored copy, so that a
     # restored instance of a __main__ class is an instance of the script's class.
-    try:
-        current = resolve(module, qualname)
-    except LookupError:
-        current = None
+    current = gate.find_current(module, qualname, dec.trust)
     if current is not None:
         current_digest = _digest(current)
         if current_digest != digest:
@@ -170,10 +179,11 @@ def decode_code_ref(node: dict[str, Any], dec: Decoder) -> Any:
     with _lock:
         cached = _restored_by_value.get(str(digest))
     if cached is not None:
-        return cached
+        return cached  # loaded from a payload this process trusted (same code digest)
     blob_id = dec.payloads.get(str(digest))
-    if blob_id is None:
+    if not isinstance(blob_id, str):
         raise DecodeError(f"the stored copy of {module}:{qualname} is missing")
+    gate.check_payload(f"{module}:{qualname}", blob_id, dec.trust)
     import cloudpickle
 
     try:

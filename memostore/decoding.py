@@ -4,24 +4,34 @@ Every decode builds fresh objects, so a caller's mutation of a restored value
 never reaches the store or the next hit. Within one document, shared
 references come back shared (``same`` nodes); across documents, codecs link
 objects through :attr:`Decoder.session` and :meth:`Decoder.after`.
+
+A stored value is data: every function, class and module it names goes
+through one gate (``memostore/trust/gate.py``: :meth:`Decoder.code` for code
+references, :func:`_module` for modules), and a document that does not decode,
+whatever the reason, raises :class:`DecodeError` (a miss for a memo hit).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .codecs import CodecRegistry, registry
-from .errors import DecodeError, MalformedObject
+from .errors import DecodeError, MalformedObject, MemostoreError
 from .objects import KIND_VALUE
 
 if TYPE_CHECKING:
     from .object_store import BaseObjectStore
+    from .trust.gate import TrustContext
 
 
 _FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+# An int too big for a JSON number: hex digits, "-" first when negative.
+_HEX_INT = re.compile(r"-?[0-9a-f]+")
 
 
 class _Frame:
@@ -55,13 +65,15 @@ class Decoder:
         self.restored: list[tuple[Any, str]] = []
         self._frames: list[_Frame] = []
         self._after: list[Callable[[], None]] = []
+        self._trust: TrustContext | None = None
 
     # -- entry points ----------------------------------------------------------------
     def decode_value(self, doc_id: str) -> Any:
         """The value a value document encodes, as fresh objects."""
-        outermost = not self._frames
-        obj = self._decode_doc(doc_id)
-        if outermost:
+        if self._frames:
+            return self._decode_doc(doc_id)
+        with _as_decode_error(doc_id):
+            obj = self._decode_doc(doc_id)
             while self._after:
                 self._after.pop(0)()
         return obj
@@ -73,9 +85,19 @@ class Decoder:
             raise MalformedObject(f"object {doc_id} is not an arguments document")
         self._frames.append(_Frame())
         try:
-            return [(name, self.node(value)) for name, value in node["items"]]
+            with _as_decode_error(doc_id):
+                return [(name, self.node(value)) for name, value in node["items"]]
         finally:
             self._frames.pop()
+
+    @property
+    def trust(self) -> TrustContext:
+        """What the trust gate knows of this decoder's store."""
+        if self._trust is None:
+            from .trust.gate import TrustContext
+
+            self._trust = TrustContext(self.objects)
+        return self._trust
 
     # -- API for codecs ------------------------------------------------------------------
     @property
@@ -127,10 +149,18 @@ class Decoder:
         self._label(node, obj)
         return obj
 
-    def code(self, node: dict[str, Any]) -> Any:
+    def code(self, node: dict[str, Any], instantiate: bool = True) -> Any:
+        """The function or class a code node names, through the trust gate.
+
+        *instantiate*: the class is only made by ``__new__`` and given its stored
+        state (``object`` nodes, codecs), never called with stored arguments, so a
+        library class that runs none of its own code to be restored may be used
+        (``trust/gate.py``). A code node standing as a value, or as the function of
+        a ``reduce`` node, is decoded with ``instantiate=False``.
+        """
         from .code_refs import decode_code_ref
 
-        return decode_code_ref(node, self)
+        return decode_code_ref(node, self, instantiate)
 
     # -- internals -------------------------------------------------------------------
     def _doc_node(self, doc_id: str) -> Any:
@@ -166,6 +196,13 @@ def _float(dec: Decoder, node: dict[str, Any]) -> float:
     return _FLOATS[node["v"]]
 
 
+def _int(dec: Decoder, node: dict[str, Any]) -> int:
+    digits = node.get("hex")
+    if not isinstance(digits, str) or not _HEX_INT.fullmatch(digits):
+        raise MalformedObject(f"malformed int node {str(digits)[:40]!r}")
+    return int(digits, 16)
+
+
 def _bytes(dec: Decoder, node: dict[str, Any]) -> bytes:
     if "blob" in node:
         return dec.blob_bytes(node["blob"])
@@ -193,6 +230,8 @@ def _set(dec: Decoder, node: dict[str, Any]) -> set[Any]:
 
 def _object(dec: Decoder, node: dict[str, Any]) -> Any:
     cls = dec.code(node["cls"])
+    if not isinstance(cls, type):
+        raise MalformedObject(f"an object node names {cls!r}, which is not a class")
     args = [dec.node(a) for a in node["args"]]
     obj = cls.__new__(cls, *args)
     dec._label(node, obj)
@@ -205,6 +244,8 @@ def _reduce(dec: Decoder, node: dict[str, Any]) -> Any:
     args = [dec.node(a) for a in node["args"]]
     try:
         obj = fn(*args)
+    except MemostoreError:
+        raise  # the gate's refusals (UntrustedCode) keep their own message
     except Exception as exc:
         raise DecodeError(f"cannot rebuild a value with {fn!r}: {exc}") from exc
     dec._label(node, obj)
@@ -250,9 +291,9 @@ def set_pickle_state(obj: Any, state: Any) -> None:
 
 
 def _module(dec: Decoder, node: dict[str, Any]) -> Any:
-    import importlib
+    from .trust.gate import allow_module
 
-    return importlib.import_module(node["name"])
+    return allow_module(node.get("name"), dec.trust)
 
 
 def _ref(dec: Decoder, node: dict[str, Any]) -> Any:
@@ -262,6 +303,7 @@ def _ref(dec: Decoder, node: dict[str, Any]) -> Any:
 _HANDLERS: dict[str, Callable[[Decoder, dict[str, Any]], Any]] = {
     "same": _same,
     "float": _float,
+    "int": _int,
     "tuple": lambda dec, node: tuple(dec.node(x) for x in node["items"]),
     "frozenset": lambda dec, node: frozenset(dec.node(x) for x in node["items"]),
     "complex": lambda dec, node: complex(_num(node["re"]), _num(node["im"])),
@@ -273,10 +315,29 @@ _HANDLERS: dict[str, Callable[[Decoder, dict[str, Any]], Any]] = {
     "set": _set,
     "object": _object,
     "reduce": _reduce,
-    "code": lambda dec, node: dec.code(node),
+    "code": lambda dec, node: dec.code(node, instantiate=False),
     "module": _module,
     "ref": _ref,
 }
+
+
+@contextlib.contextmanager
+def _as_decode_error(doc_id: str) -> Iterator[None]:
+    """Any failure to rebuild a stored value, as a DecodeError (a memo hit: a miss).
+
+    A document checks out against its id, but its content is the writer's: a
+    hostile or damaged one must not break the caller with an arbitrary error.
+    """
+    try:
+        yield
+    except MemostoreError:
+        raise
+    except RecursionError:
+        raise DecodeError(f"value {doc_id[:12]} is nested too deeply to restore") from None
+    except Exception as exc:
+        raise DecodeError(
+            f"cannot restore value {doc_id[:12]} ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def _num(node: Any) -> float:

@@ -14,6 +14,7 @@ document implies its children are present).
 from __future__ import annotations
 
 import copyreg
+import functools
 import importlib
 import math
 import sys
@@ -26,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 from .codecs import Codec, CodecRegistry, registry
 from .errors import EncodeError
 from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
-from .objects import KIND_VALUE, Doc, Links, canonical_json, digest_bytes, new_hasher
+from .objects import (
+    KIND_VALUE,
+    Doc,
+    Links,
+    canonical_json,
+    digest_bytes,
+    fits_json_int,
+    new_hasher,
+)
 from .packs import PACK_BLOB_MAX, PACK_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -217,6 +226,30 @@ def _float_node(value: float) -> Any:
     return {"$": "float", "v": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
 
 
+def _int_node(value: int) -> Any:
+    if not fits_json_int(value):
+        # Hex, which Python converts at any size (decimal stops at 4300 digits by default).
+        return {"$": "int", "hex": format(value, "x")}
+    if not -_SMALL_INT_LIMIT < value < _SMALL_INT_LIMIT:
+        limit = sys.get_int_max_str_digits()
+        if limit and abs(value) >= _ten_to(limit):
+            raise EncodeError(
+                f"this process converts ints of at most {limit} digits to text "
+                "(sys.set_int_max_str_digits or PYTHONINTMAXSTRDIGITS), and ints of up to "
+                "4300 digits are stored as text: allow at least 4300 digits"
+            )
+    return value
+
+
+# Python refuses int <-> decimal text conversion limits below this many digits.
+_SMALL_INT_LIMIT = 10**640
+
+
+@functools.lru_cache(maxsize=4)
+def _ten_to(digits: int) -> int:
+    return 10**digits
+
+
 def _sort_key(node: Any) -> bytes:
     return canonical_json(node)
 
@@ -287,7 +320,9 @@ class Encoder:
                 data = obj.encode("utf-8")
                 return {"$": "str", "blob": self.blob(lambda: (data,), len(data))}
             return obj
-        if cls is int or cls is bool or obj is None:
+        if cls is int:
+            return obj if -_SMALL_INT_LIMIT < obj < _SMALL_INT_LIMIT else _int_node(obj)
+        if cls is bool or obj is None:
             return obj
         if cls is float:
             return _float_node(obj)

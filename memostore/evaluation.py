@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import MemostoreWarning
-from .objects import KIND_CODE, KIND_EVALUATION, Doc, Links
+from .objects import KIND_CODE, KIND_EVALUATION, Doc, Links, fits_json_int
 from .refs import ref_part
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ def code_doc(info: Any) -> Doc:
 
 def summarize(value: Any) -> str:
     """A one-line description of a value for listings (never reads bulk data)."""
-    if value is None or isinstance(value, (bool, int, float, complex, str)):
+    if type(value) is int and not fits_json_int(value):
+        text = _big_int_text(value)
+    elif value is None or isinstance(value, (bool, int, float, complex, str)):
         text = repr(value)
     else:
         shape = getattr(value, "shape", None)
@@ -75,11 +77,17 @@ def summarize(value: Any) -> str:
     return text if len(text) <= _SUMMARY_MAX else text[: _SUMMARY_MAX - 1] + "…"
 
 
+def _big_int_text(value: int) -> str:
+    return f"int of {value.bit_length()} bits"
+
+
 def scalar_hparams(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The scalar arguments of a call (its hyper-parameters), JSON-safe."""
     out: dict[str, Any] = {}
     for name, value in arguments.items():
-        if value is None or isinstance(value, (bool, int, str)):
+        if type(value) is int and not fits_json_int(value):
+            out[name] = _big_int_text(value)  # too long for a JSON number
+        elif value is None or isinstance(value, (bool, int, str)):
             out[name] = value
         elif isinstance(value, float):
             out[name] = value if value == value and abs(value) != float("inf") else repr(value)

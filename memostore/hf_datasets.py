@@ -15,9 +15,11 @@ location and its ``_fingerprint`` (datasets' hash of how it was made) are not.
   chunks key differently (a miss, never a wrong hit).
 
 Stored as a result, every table becomes a blob holding an Arrow stream; a
-restore lays each out under the store's ``checkouts/`` as a read-only hard
-link and memory-maps it, so a restored dataset costs no RAM for its rows and
-``map`` writes its cache files beside that link, never into the store.
+restore lays each out under the store's ``checkouts/`` as a read-only copy
+(a reflink where the file system has them) and memory-maps it, so a restored
+dataset costs no RAM for its rows and ``map`` writes its cache files beside
+that copy, never into the store. A copy that was edited is laid out again
+before it is used (see :mod:`memostore.checkouts`).
 
 Only ``set_format`` (and ``set_transform``, ``reset_format``, which call it)
 changes a Dataset in place, so a Dataset's digest is cached while its tables,
@@ -36,11 +38,12 @@ from collections.abc import Hashable, Iterator
 from dataclasses import asdict
 from typing import Any
 
+from .checkouts import ensure_checkout
 from .codecs import Codec, register_codec
 from .errors import DecodeError
 from .file_digests import RACY_WINDOW_NS, content_digest
 from .objects import canonical_json, digest_bytes
-from .snapshot import SnapshotEntry, _checkout_root, _complete, _materialise
+from .snapshot import SnapshotEntry
 
 _READ_CHUNK = 16 << 20
 _ARROW_NAME = "data.arrow"
@@ -123,13 +126,14 @@ def _table_node(table: Any, enc: Any) -> dict[str, Any]:
     return {"t": "arrow", "blob": blob, "bytes": size, "replays": []}
 
 
-def _arrow_file(objects: Any, blob: str, size: int) -> str:
-    """A read-only file holding the blob, under the store's checkouts (made once)."""
-    root = _checkout_root(objects, digest_bytes(b"memostore:arrow:" + blob.encode()))
-    if not _complete(root):
-        entry = SnapshotEntry(_ARROW_NAME, blob, size, False)
-        _materialise(objects, {"name": _ARROW_NAME, "dir": False}, (entry,), root)
-    return str(root / _ARROW_NAME)
+def _arrow_file(objects: Any, blob: Any, size: Any) -> str:
+    """A read-only copy of the blob under the store's checkouts, checked before each use
+    (laid out again when it was edited; see :mod:`memostore.checkouts`)."""
+    if not isinstance(blob, str):
+        raise DecodeError(f"malformed Arrow table node: blob {blob!r}")
+    key = digest_bytes(b"memostore:arrow:" + blob.encode())
+    entry = SnapshotEntry(_ARROW_NAME, blob, size, False)
+    return str(ensure_checkout(objects, key, "Arrow table", _ARROW_NAME, False, (entry,)))
 
 
 def _table_from(node: dict[str, Any], dec: Any) -> Any:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import MemostoreError
-from .objects import ID_HEX_LENGTH
+from .objects import is_object_id
 
 if TYPE_CHECKING:
     from .store import Store
@@ -99,7 +99,9 @@ def load(store: Store) -> Mapping[str, dict[str, Any]]:
             if cached is not None and cached[0] == signature:
                 return cached[1]
             data = f.read()
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:
+        # Missing, or not a readable file (a directory, no permission): the index is
+        # a cache, and fsck rebuilds it.
         return {}
     entries = _parse(data)
     _loaded[path] = (signature, entries)
@@ -113,12 +115,12 @@ def _parse(data: bytes) -> dict[str, dict[str, Any]]:
     try:
         # One parse of the whole file is several times faster than one per line.
         parsed = json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = []
         for line in lines:
             try:
                 parsed.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # a line torn by a crash: its entry is rebuilt on demand
     entries: dict[str, dict[str, Any]] = {}
     for entry in parsed:
@@ -212,12 +214,35 @@ def _line(entry: Mapping[str, Any]) -> bytes:
 
 
 def _well_formed(entry: Any) -> bool:
-    # Cheap checks only: an entry is found by the id a ref holds, so a malformed
-    # id can never be looked up.
-    return (
+    # Every field listings read has the type a record gives it: an entry is found by
+    # the id a ref holds, and a line of another shape (damage, or written by something
+    # else) must read as missing (rebuilt from the document), never break a listing.
+    if not (
         isinstance(entry, dict)
         and entry.get("v") == ENTRY_VERSION
-        and isinstance(entry.get("id"), str)
-        and len(entry["id"]) == ID_HEX_LENGTH
+        and is_object_id(entry.get("id"))
         and isinstance(entry.get("function"), str)
+    ):
+        return False
+    for name, types in _FIELD_TYPES.items():
+        value = entry.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            return False
+    parents, args = entry.get("parents"), entry.get("args_summary")
+    return (parents is None or all(isinstance(p, str) for p in parents)) and (
+        args is None or all(isinstance(v, str) for v in args.values())
     )
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "key": str,
+    "status": str,
+    "started": (int, float),
+    "duration_s": (int, float),
+    "parents": list,
+    "hparams": dict,
+    "args_summary": dict,
+    "result_summary": str,
+    "logs": str,
+    "error": str,
+}

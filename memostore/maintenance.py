@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import index
+from .checkouts import CHECKOUTS_DIRNAME
 from .errors import MalformedObject, MemostoreError, ObjectNotFound
-from .objects import Doc, is_doc_bytes, new_hasher
+from .objects import Doc, is_doc_bytes, is_object_id, new_hasher
 from .packs import PACK_MAX_BYTES, Pack
+from .sweep import is_hidden, remove_checkout_leftovers, remove_lock_leftovers, remove_old_files
 
 # gc merges packs smaller than this once there are MERGE_MIN_PACKS of them, into
 # packs of at most PACK_MAX_BYTES (see _merge_small_packs).
@@ -55,8 +57,8 @@ def _no_progress(phase: str, done: int, total: int | None) -> None:
 class Problem:
     """One thing fsck found wrong."""
 
-    kind: str  # "object", "pack" or "ref"
-    name: str  # object id, pack file name or ref name
+    kind: str  # "object", "pack", "ref", "pending" or "config"
+    name: str  # object id, pack file name, ref name or file name
     message: str
     path: str | None = None
 
@@ -141,7 +143,9 @@ def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = 
     """Check every object's digest, every document's links and every ref's target.
 
     fsck changes nothing but the evaluation index, which it rebuilds when it is
-    missing or disagrees with the evaluations found (it is a cache).
+    missing or disagrees with the evaluations found (it is a cache), and the
+    verified record of each object it finds damaged (so that the next read
+    hashes it, finds the damage and recomputes).
     """
     report = FsckReport()
     ids = list(store.objects.iter_ids())
@@ -162,6 +166,8 @@ def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = 
         report.bytes += size
         if actual != object_id:
             bad.add(object_id)
+            # Damage its stat does not show (the disk's): no reader may trust the record.
+            store.objects.forget_verified(object_id)
             report.problems.append(
                 Problem("object", object_id, f"corrupt: its bytes hash to {actual}", where)
             )
@@ -188,6 +194,7 @@ def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = 
         for target in missing:
             report.problems.append(Problem("object", object_id, f"links missing object {target}"))
     _check_refs(store, report, present, bad, links, progress)
+    _check_local_files(store, report)
     if rebuild_index:
         report.index = _refresh_index(store, evaluations)
     return report
@@ -224,6 +231,25 @@ def _check_refs(
                 )
             )
     progress("refs", len(refs), len(refs))
+
+
+def _check_local_files(store: Store, report: FsckReport) -> None:
+    """Report the store's own small files that cannot be used (pending markers, config)."""
+    damaged_pending = getattr(store, "damaged_pending", None)
+    for path, reason in damaged_pending() if damaged_pending is not None else ():
+        report.problems.append(
+            Problem(
+                "pending",
+                path.name,
+                f"{reason}; if no memoised call is running on this store, delete it",
+                str(path),
+            )
+        )
+    if store.config_path is not None:
+        try:
+            store.read_config()
+        except MemostoreError as exc:
+            report.problems.append(Problem("config", "config.json", str(exc)))
 
 
 def _broken_below(
@@ -307,17 +333,26 @@ def _roots(store: Store) -> list[str]:
     """What gc keeps: every ref's target and the objects of evaluations in progress."""
     damaged = getattr(store.refs, "iter_damaged", None)
     if damaged is not None:
-        for name, reason in damaged():
+        # Files no ref writer makes (bad names, links) are never read as refs: not roots.
+        for name, reason in damaged(foreign=False):
             raise MemostoreError(
                 f"gc stopped before deleting anything: ref {name} is damaged ({reason}); "
                 "delete or repair that ref file, then run gc again"
             )
+    damaged_pending = getattr(store, "damaged_pending", None)
+    for path, reason in damaged_pending() if damaged_pending is not None else ():
+        raise MemostoreError(
+            f"gc stopped before deleting anything: the pending marker {path} {reason}, so what "
+            "it keeps is unknown; if no memoised call is running on this store, delete that "
+            "file, then run gc again"
+        )
     roots = [target for _, target in store.refs.iter("")]
     pending = getattr(store, "pending_roots", None)
     if pending is not None:
         roots.extend(pending())
     roots.extend(_journal_roots(store))
-    return roots
+    # Only ids: a path is built from each root, and it must stay inside objects/.
+    return [r for r in roots if is_object_id(r)]
 
 
 def _journal_roots(store: Store) -> set[str]:
@@ -326,7 +361,15 @@ def _journal_roots(store: Store) -> set[str]:
         from .metrics.recover import journal_roots
     except ImportError:
         return set()
-    return set(journal_roots(store))
+    try:
+        return {r for r in journal_roots(store) if isinstance(r, str)}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        where = store.root / "journal" if store.root is not None else "journal/"
+        raise MemostoreError(
+            f"gc stopped before deleting anything: a metric journal in {where} is malformed "
+            f"({type(exc).__name__}: {exc}), so the images it keeps are unknown; move the "
+            "damaged journal out of the store, then run gc again"
+        ) from exc
 
 
 def _age_s(path: Path | None, now: float) -> float:
@@ -399,20 +442,25 @@ def gc(
         quarantine = getattr(store.objects, "quarantine_damaged_packs", None)
         report.packs_quarantined = quarantine() if quarantine is not None else 0
     if store.root is not None:
-        report.tmp_removed, report.tmp_bytes = _remove_old_files(
+        report.tmp_removed, report.tmp_bytes = remove_old_files(
             store.root / "tmp", now - grace_s, dry_run
         )
-        report.quarantine_removed, report.quarantine_bytes = _remove_old_files(
+        report.quarantine_removed, report.quarantine_bytes = remove_old_files(
             store.root / "quarantine", now - quarantine_age_s, dry_run
         )
-        leftovers, leftover_bytes = _remove_lock_leftovers(
+        leftovers, leftover_bytes = remove_lock_leftovers(
             store.root / "refs", now - grace_s, dry_run
         )
         report.tmp_removed += leftovers
         report.tmp_bytes += leftover_bytes
+        leftovers, leftover_bytes = remove_checkout_leftovers(
+            store.root / CHECKOUTS_DIRNAME, now - grace_s, dry_run
+        )
+        report.tmp_removed += leftovers
+        report.tmp_bytes += leftover_bytes
         # Half-written pending markers of killed writers (hidden temp files).
-        leftovers, leftover_bytes = _remove_old_files(
-            store.root / "pending", now - grace_s, dry_run, _is_hidden
+        leftovers, leftover_bytes = remove_old_files(
+            store.root / "pending", now - grace_s, dry_run, is_hidden
         )
         report.tmp_removed += leftovers
         report.tmp_bytes += leftover_bytes
@@ -495,54 +543,3 @@ def _merge_small_packs(store: Store, older_than: float) -> int:
             batch.append(pack)
             batch_bytes += pack.size
     return merged
-
-
-def _remove_lock_leftovers(refs_dir: Path, older_than: float, dry_run: bool) -> tuple[int, int]:
-    """Delete what killed ref writers left beside refs (``*.lock.new``, ``*.lock.stale-*``,
-    hidden temp files), once older than the grace period. Live ``*.lock`` files are
-    left to the lock protocol, which breaks them when their holder is gone."""
-    count = size = 0
-    for dirpath, _dirnames, filenames in os.walk(refs_dir):
-        leftovers = [f for f in filenames if ".lock." in f or f.startswith(".")]
-        if leftovers:
-            n, s = _remove_old_files(
-                Path(dirpath), older_than, dry_run, set(leftovers).__contains__
-            )
-            count, size = count + n, size + s
-    return count, size
-
-
-def _is_hidden(name: str) -> bool:
-    return name.startswith(".")
-
-
-def _remove_old_files(
-    directory: Path,
-    older_than: float,
-    dry_run: bool,
-    only: Callable[[str], bool] | None = None,
-) -> tuple[int, int]:
-    """Delete regular files in *directory* last modified before *older_than*
-    (only those whose names *only* accepts, when given)."""
-    count = size = 0
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
-        return 0, 0
-    for entry in entries:
-        if only is not None and not only(entry.name):
-            continue
-        try:
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if not entry.is_file(follow_symlinks=False) or st.st_mtime >= older_than:
-            continue
-        if not dry_run:
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:
-                continue
-        count += 1
-        size += st.st_size
-    return count, size

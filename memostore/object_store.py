@@ -1,23 +1,26 @@
-"""Object databases: where object bytes live, keyed by their BLAKE3 id.
+"""Object databases: where object bytes live, keyed by their BLAKE3 id (the
+contract every one keeps is :class:`BaseObjectStore`, in ``object_base.py``).
 
 All files in an object database are written once and never modified
 afterwards: a new object goes to a temp file in the store, is fsynced and then
 renamed into place, so a reader sees either no object or all of it. Every read
 of a whole object re-checks its digest; a mismatch moves the damaged file into
 ``quarantine/`` (so the next write of that id can repair it) and raises
-:class:`CorruptObject`.
+:class:`CorruptObject`. A reader that memory-maps a large object proves the
+mapped bytes with :meth:`BaseObjectStore.prove_mapped` before using them, which
+on disk hashes them unless the verified record (``verified.py``) shows the file
+unchanged since this store wrote, pulled or last proved it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
-from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,189 +29,19 @@ import blake3
 
 from .errors import CorruptObject, ObjectNotFound
 from .fsutil import fsync_dir, write_all
-from .objects import Doc, digest_bytes, is_object_id, new_hasher
-from .packs import Pack, PackIndex, PackLocation, PackWriter
+from .object_base import BaseObjectStore, Buffer
+from .objects import digest_bytes, is_object_id, new_hasher
+from .packs import SUFFIX, Pack, PackIndex, PackLocation, PackWriter
+from .verified import ALL, RECORD_MIN_BYTES, Stamp, VerifiedRecord, hash_mapped, stamp_of
 
-Buffer = bytes | bytearray | memoryview
+__all__ = ["BaseObjectStore", "DiskObjectStore", "MemoryObjectStore"]
 
-# Documents up to this size are kept in a per-process cache after a read. They
-# are immutable by construction (an id names one content forever), so the cache
-# can never serve a stale answer.
-_DOC_CACHE_MAX_BYTES = 256 << 10
-_DOC_CACHE_ENTRIES = 4096
 _WRITE_CHUNK = 64 << 20
 # From this size, hashing runs on a worker thread beside the writes.
 _PIPELINE_MIN_BYTES = 32 << 20
 # A packed object's read follows its pack through this many rewrites by gc
 # (each of which lists the packs again) before it reports the object missing.
 _PACK_READ_TRIES = 8
-
-
-def _check_id(object_id: str) -> None:
-    if not is_object_id(object_id):
-        raise ValueError(f"not an object id: {object_id!r}")
-
-
-class BaseObjectStore(ABC):
-    """The contract every object database keeps.
-
-    Implementations provide the raw primitives; digest checking and the document
-    cache live here so that every backend behaves the same.
-    """
-
-    def __init__(self) -> None:
-        self._doc_cache: OrderedDict[str, Doc] = OrderedDict()
-        self._doc_cache_lock = threading.Lock()
-
-    # -- primitives -----------------------------------------------------------------
-    @abstractmethod
-    def contains(self, object_id: str) -> bool:
-        """True if an object with this id is present (its bytes are not checked)."""
-
-    @abstractmethod
-    def _read_raw(self, object_id: str) -> bytes:
-        """The stored bytes, unchecked; ObjectNotFound if absent."""
-
-    @abstractmethod
-    def _write_new(self, object_id: str, chunks: Iterable[Buffer], size: int) -> str:
-        """Store *chunks* under their digest unless present; return the digest.
-
-        *object_id* is the expected id or "" when unknown. Implementations hash
-        while they write and must not leave a partial object behind on failure.
-        """
-
-    @abstractmethod
-    def iter_ids(self) -> Iterator[str]:
-        """Every object id present, in no particular order."""
-
-    @abstractmethod
-    def delete(self, object_id: str) -> None:
-        """Remove an object if present (used by gc only)."""
-
-    @abstractmethod
-    def size_of(self, object_id: str) -> int:
-        """Stored size in bytes; ObjectNotFound if absent."""
-
-    @abstractmethod
-    def quarantine(self, object_id: str) -> None:
-        """Move a damaged object out of the way so that a rewrite can repair it."""
-
-    def sync(self) -> None:  # noqa: B027 - optional hook, nothing to do in memory
-        """Make every object written so far durable (a no-op in memory)."""
-
-    def freshen(self, object_id: str) -> bool:
-        """True if the object is present; on disk, also refresh its modification time.
-
-        gc frees unreachable objects older than its grace period. A writer that
-        reuses an object already present instead of writing it again freshens it,
-        so that gc spares it as it spares new objects until the writer's ref is
-        published (the object may be old garbage that only this writer needs).
-        """
-        return self.contains(object_id)
-
-    # -- checked operations ------------------------------------------------------------
-    def add_bytes(self, data: Buffer) -> str:
-        """Store *data* if new and return its id (written once, atomically)."""
-        return self._write_new("", (data,), len(data))
-
-    def add_chunks(self, chunks: Iterable[Buffer], size: int, expected_id: str = "") -> str:
-        """Store the concatenation of *chunks*, streamed, and return its id.
-
-        With *expected_id* known and already present, nothing is read or written.
-        If the bytes do not hash to *expected_id* the object is not stored and
-        :class:`CorruptObject` is raised.
-        """
-        if expected_id and self.freshen(expected_id):
-            return expected_id
-        return self._write_new(expected_id, chunks, size)
-
-    def add_doc(self, doc: Doc) -> str:
-        """Store a document if new; return its id."""
-        object_id = doc.id
-        # Not the document cache: another process's gc may have freed the file since.
-        if self.freshen(object_id):
-            return object_id
-        self._write_new(object_id, (doc.data,), len(doc.data))
-        return object_id
-
-    def read_unchecked(self, object_id: str) -> bytes:
-        """The stored bytes without the digest check or quarantine (for fsck's report)."""
-        return self._read_raw(object_id)
-
-    def get_bytes(self, object_id: str) -> bytes:
-        """The object's bytes, re-checked against its id."""
-        _check_id(object_id)
-        data = self._read_raw(object_id)
-        actual = digest_bytes(data)
-        if actual != object_id:
-            self.quarantine(object_id)
-            raise CorruptObject(object_id, actual, self._describe(object_id))
-        return data
-
-    def get_bytearray(self, object_id: str) -> bytearray:
-        """The object's bytes in a fresh, writable buffer, re-checked against its id."""
-        _check_id(object_id)
-        data = self._read_raw_into_bytearray(object_id)
-        actual = digest_bytes(data)
-        if actual != object_id:
-            self.quarantine(object_id)
-            raise CorruptObject(object_id, actual, self._describe(object_id))
-        return data
-
-    def _read_raw_into_bytearray(self, object_id: str) -> bytearray:
-        return bytearray(self._read_raw(object_id))
-
-    def get_doc(self, object_id: str) -> Doc:
-        """A parsed document, from the per-process cache when possible."""
-        doc = self._doc_cache.get(object_id)
-        if doc is not None:
-            return doc
-        data = self.get_bytes(object_id)
-        doc = Doc.parse(data, object_id)
-        if len(data) <= _DOC_CACHE_MAX_BYTES:
-            with self._doc_cache_lock:
-                self._doc_cache[object_id] = doc
-                if len(self._doc_cache) > _DOC_CACHE_ENTRIES:
-                    self._doc_cache.popitem(last=False)
-        return doc
-
-    def verify(self, object_id: str) -> str | None:
-        """Check one object in full; return None if sound, else a reason."""
-        try:
-            data = self._read_raw(object_id)
-        except ObjectNotFound:
-            return "missing"
-        actual = digest_bytes(data)
-        if actual != object_id:
-            return f"digest mismatch: bytes hash to {actual}"
-        return None
-
-    def blob_path(self, object_id: str) -> Path | None:
-        """A file holding the object, for memory mapping; None when not on disk."""
-        return None
-
-    def blob_file(self, object_id: str) -> str | None:
-        """Where the object's file would be, unchecked (a fast path for readers
-        that open it and handle FileNotFoundError); None without files."""
-        return None
-
-    def new_pack(self) -> PackWriter | None:
-        """A writer of one pack of small blobs (see packs.py); None where packs are not kept."""
-        return None
-
-    def pack_location(self, object_id: str, refresh: bool = True) -> PackLocation | None:
-        """Where a packed object's bytes are; None if it is not packed (or not here)."""
-        return None
-
-    def _describe(self, object_id: str) -> str | None:
-        path = self.blob_path(object_id)
-        if path is None and (loc := self.pack_location(object_id)) is not None:
-            return f"{loc.pack.path} at byte {loc.offset}"
-        return str(path) if path else None
-
-    def forget_cached(self, object_id: str) -> None:
-        with self._doc_cache_lock:
-            self._doc_cache.pop(object_id, None)
 
 
 class MemoryObjectStore(BaseObjectStore):
@@ -268,7 +101,9 @@ class DiskObjectStore(BaseObjectStore):
     Files are made read-only once in place. Temp files live in ``tmp/`` on the
     same file system so the final rename is atomic; a crash leaves at most a
     temp file, which gc removes once it is old. Packed objects are removed only
-    by gc, a pack at a time (:meth:`remove_pack`, :meth:`rewrite_pack`).
+    by gc, a pack at a time (:meth:`remove_pack`, :meth:`rewrite_pack`). Each
+    large object and each pack this store writes enters the verified record
+    (``verified/``) with the stat it has once in place.
     """
 
     def __init__(self, root: Path) -> None:
@@ -279,6 +114,7 @@ class DiskObjectStore(BaseObjectStore):
         self.tmp_dir = self.root / "tmp"
         self.quarantine_dir = self.root / "quarantine"
         self.packs = PackIndex(self.root / "packs")
+        self.verified = VerifiedRecord(self.root / "verified", self.tmp_dir)
         self._dirty_dirs: set[Path] = set()
         self._dirty_lock = threading.Lock()
         self._freshened: dict[str, float] = {}  # pack name -> when this process last did
@@ -311,8 +147,10 @@ class DiskObjectStore(BaseObjectStore):
     def freshen(self, object_id: str) -> bool:
         loc = self.packs.lookup(object_id, refresh=False)
         if loc is None:
+            path = self._path_text(object_id)
             try:
-                os.utime(self._path_text(object_id))
+                before = os.stat(path)
+                os.utime(path)
             except FileNotFoundError:
                 loc = self.packs.lookup(object_id)
                 if loc is None:
@@ -321,6 +159,8 @@ class DiskObjectStore(BaseObjectStore):
                 # A read-only store or another user's file: present, its time unchanged.
                 return self.contains(object_id)
             else:
+                if before.st_size >= RECORD_MIN_BYTES:
+                    self._carry_proof(_loose_key(object_id), path, before)
                 return True
         return self._freshen_pack(object_id, loc)
 
@@ -334,6 +174,7 @@ class DiskObjectStore(BaseObjectStore):
             if now - self._freshened.get(loc.pack.name, -2.0) < 1.0:
                 return True
             try:
+                before = os.stat(loc.pack.path)
                 os.utime(loc.pack.path)
             except FileNotFoundError:
                 # Rewritten or removed by gc since we listed it: look again.
@@ -343,8 +184,66 @@ class DiskObjectStore(BaseObjectStore):
             except OSError:
                 return True  # a read-only store: present, its time unchanged
             self._freshened[loc.pack.name] = now
+            self._carry_proof(_pack_key(loc.pack.name), loc.pack.path, before)
             return True
         return os.path.exists(self._path_text(object_id))
+
+    def _carry_proof(self, key: str, path: str, before: os.stat_result) -> None:
+        with contextlib.suppress(OSError):
+            self.verified.carry(key, before, os.stat(path))
+
+    def keeping_proof(self, object_id: str) -> contextlib.AbstractContextManager[None]:
+        return self._keeping_proof(object_id)
+
+    @contextlib.contextmanager
+    def _keeping_proof(self, object_id: str) -> Iterator[None]:
+        path = self._path_text(object_id)
+        try:
+            before = os.stat(path)
+        except OSError:
+            before = None
+        yield
+        if before is not None and before.st_size >= RECORD_MIN_BYTES:
+            self._carry_proof(_loose_key(object_id), path, before)
+
+    # -- mapped reads ----------------------------------------------------------------------
+    def prove_mapped(
+        self,
+        object_id: str,
+        data: Callable[[], Buffer],
+        path: str,
+        stamp: Stamp,
+        packed: bool = False,
+        always: bool = False,
+    ) -> bool:
+        if packed:
+            key, member = _pack_key(os.path.basename(path)[: -len(SUFFIX)]), object_id
+        else:
+            key, member = _loose_key(object_id), ALL
+        if not always and self.verified.covers(key, stamp, member):
+            return True
+        actual = hash_mapped(data())
+        try:
+            # Changed while hashed (rewritten, replaced): the hash proves nothing about it.
+            if stamp_of(os.stat(path)) != stamp:
+                return False
+        except FileNotFoundError:
+            return False
+        if actual != object_id:
+            self.quarantine(object_id)
+            raise CorruptObject(object_id, actual, path)
+        self.verified.add(key, stamp, (member,))
+        return True
+
+    def proven_pack_members(self, path: str, stamp: Stamp) -> frozenset[str]:
+        key = _pack_key(os.path.basename(path)[: -len(SUFFIX)])
+        return self.verified.proven(key, stamp)
+
+    def forget_verified(self, object_id: str) -> None:
+        self.verified.forget(_loose_key(object_id))
+        loc = self.packs.lookup(object_id, refresh=False)
+        if loc is not None:
+            self.verified.forget(_pack_key(loc.pack.name))
 
     def _read_raw(self, object_id: str) -> bytes:
         if self.packs.lookup(object_id, refresh=False) is None:
@@ -398,29 +297,61 @@ class DiskObjectStore(BaseObjectStore):
         tmp = self.tmp_dir / f"obj-{os.getpid()}-{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            try:
-                actual = _hash_while_writing(fd, chunks, size)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            actual = _hash_while_writing(fd, chunks, size)
+            os.fsync(fd)
             if object_id and actual != object_id:
                 raise CorruptObject(object_id, actual, "bytes given to the store")
-            final = self.path_of(actual)
-            if self.freshen(actual):
-                tmp.unlink()
-                return actual
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.chmod(tmp, 0o444)
-            # Another writer may rename the same id concurrently: both files hold the
-            # same bytes, so whichever rename lands last is equally correct.
-            os.replace(tmp, final)
-        except BaseException:
+            self._place(fd, tmp, actual)
+        finally:
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # left only on failure, or when the object was present
+        return actual
+
+    def add_downloaded(self, tmp: Path, object_id: str) -> bool:
+        """Adopt *tmp*, a file in ``tmp/`` that should hold *object_id*: check, place it.
+
+        The file is hashed through the descriptor that then becomes the object,
+        fsynced, made read-only and renamed into place (so a big download is
+        written to disk once), and enters the verified record. Returns False if
+        the object was already present (*tmp* is removed either way); raises
+        :class:`CorruptObject` if the bytes do not hash to *object_id*.
+        """
+        if not is_object_id(object_id):
+            raise ValueError(f"not an object id: {object_id!r}")
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            hasher = new_hasher(size)
+            if size:
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+                    hasher.update(data)
+            actual = hasher.hexdigest()
+            os.fsync(fd)
+            if actual != object_id:
+                raise CorruptObject(object_id, actual, "the downloaded file")
+            return self._place(fd, tmp, actual)
+        finally:
+            os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-            raise
+
+    def _place(self, fd: int, tmp: Path, object_id: str) -> bool:
+        """Rename the checked temp file open as *fd* into place; False if present already."""
+        if self.freshen(object_id):
+            return False
+        final = self.path_of(object_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.fchmod(fd, 0o444)
+        # Another writer may rename the same id concurrently: both files hold the
+        # same bytes, so whichever rename lands last is equally correct.
+        os.replace(tmp, final)
         with self._dirty_lock:
             self._dirty_dirs.add(final.parent)
-        return actual
+        st = os.fstat(fd)  # this inode, after the rename (which set its ctime)
+        if st.st_size >= RECORD_MIN_BYTES:
+            self.verified.add(_loose_key(object_id), stamp_of(st))
+        return True
 
     def sync(self) -> None:
         """fsync the directories that received new objects since the last sync."""
@@ -448,12 +379,14 @@ class DiskObjectStore(BaseObjectStore):
         with contextlib.suppress(FileNotFoundError):
             self.path_of(object_id).unlink()
         self.forget_cached(object_id)
+        self.verified.forget(_loose_key(object_id))
 
     def quarantine(self, object_id: str) -> None:
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
         target = self.quarantine_dir / f"{object_id}.{uuid.uuid4().hex[:8]}"
         _move_to_quarantine(self.path_of(object_id), target)
         self.forget_cached(object_id)
+        self.verified.forget(_loose_key(object_id))
         loc = self.packs.lookup(object_id, refresh=False)
         if loc is not None:
             self._quarantine_pack(loc.pack, object_id)
@@ -464,16 +397,19 @@ class DiskObjectStore(BaseObjectStore):
             self.tmp_dir, self.packs.dir, _hash_while_writing, self.freshen, self._published
         )
 
-    def _published(self, pack: Pack) -> None:
+    def _published(self, pack: Pack, st: os.stat_result) -> None:
         self.packs.add(pack)
         with self._dirty_lock:
             self._dirty_dirs.add(self.packs.dir)
+        # Every member was hashed as it was written (see PackWriter.add).
+        self.verified.add(_pack_key(pack.name), stamp_of(st))
 
     def remove_pack(self, pack: Pack) -> None:
         """Delete a pack and every object in it (gc, once none is reachable)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(pack.path)
         self.packs.drop(pack)
+        self.verified.forget(_pack_key(pack.name))
         for object_id in pack.members:
             self.forget_cached(object_id)
 
@@ -523,6 +459,7 @@ class DiskObjectStore(BaseObjectStore):
             self.quarantine_dir.mkdir(parents=True, exist_ok=True)
             target = self.quarantine_dir / f"{Path(path).name}.{uuid.uuid4().hex[:8]}"
             _move_to_quarantine(Path(path), target)
+            self.verified.forget(_pack_key(Path(path).name[: -len(SUFFIX)]))
             moved += 1
         return moved
 
@@ -540,6 +477,15 @@ class DiskObjectStore(BaseObjectStore):
         self.sync()
         target = self.quarantine_dir / f"{pack.name}.pack.{uuid.uuid4().hex[:8]}"
         _move_to_quarantine(Path(pack.path), target)
+        self.verified.forget(_pack_key(pack.name))
+
+
+def _loose_key(object_id: str) -> str:
+    return f"objects/{object_id[:2]}/{object_id[2:]}"
+
+
+def _pack_key(name: str) -> str:
+    return f"packs/{name}"
 
 
 def _move_to_quarantine(path: Path, target: Path) -> None:

@@ -25,6 +25,7 @@ import blake3
 
 FORMAT_VERSION = 1
 ID_HEX_LENGTH = 64
+_HEX_DIGITS = "0123456789abcdef"
 DOC_PREFIX = b"memostore:"
 
 # Document kinds; a blob has no kind line.
@@ -55,13 +56,19 @@ def new_hasher(expected_size: int = 0) -> blake3.blake3:
 
 def is_object_id(text: str) -> bool:
     """True when *text* is a well-formed object id (64 lowercase hex digits)."""
-    if len(text) != ID_HEX_LENGTH:
-        return False
-    try:
-        int(text, 16)
-    except ValueError:
-        return False
-    return text == text.lower()
+    # Not int(text, 16): it also takes whitespace, "_" and a sign ("-" + 63 hex digits,
+    # or 63 and a newline, would pass and then name a path).
+    return isinstance(text, str) and len(text) == ID_HEX_LENGTH and not text.strip(_HEX_DIGITS)
+
+
+# Ints of at most 4300 decimal digits (Python's default limit on converting ints to
+# and from decimal text) are JSON numbers in documents; bigger ones are stored as hex.
+JSON_INT_LIMIT = 10**4300
+
+
+def fits_json_int(value: int) -> bool:
+    """True when *value* is stored as a JSON number (at most 4300 decimal digits)."""
+    return -JSON_INT_LIMIT < value < JSON_INT_LIMIT
 
 
 def _reject_non_finite(obj: Any) -> Any:
@@ -159,15 +166,35 @@ class Doc:
                     "upgrade memostore to read it"
                 )
             payload = json.loads(data[newline + 1 :])
-            links = Links.from_json(payload.pop("links", None))
-        except (ValueError, UnicodeDecodeError) as exc:
+            if not isinstance(payload, dict):
+                raise MalformedObject(f"object {object_id or '?'} is not a JSON object")
+            links = _parse_links(payload.pop("links", None), object_id)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             if isinstance(exc, MalformedObject):
                 raise
             raise MalformedObject(f"object {object_id or '?'} is malformed: {exc}") from exc
+        if kind not in DOC_KINDS:
+            raise MalformedObject(
+                f"object {object_id or '?'} is of unknown kind {kind[:40]!r}; upgrade memostore"
+            )
         doc = cls(kind, payload, links)
         doc._data = bytes(data)
         doc._id = object_id
         return doc
+
+
+def _parse_links(data: Any, object_id: str | None) -> Links:
+    """The ``links`` member of a document read from bytes, checked for shape."""
+    from .errors import MalformedObject
+
+    if not data:
+        return Links()
+    lists = (data.get("doc", []), data.get("blob", [])) if isinstance(data, dict) else None
+    if lists is None or not all(
+        isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in lists
+    ):
+        raise MalformedObject(f"object {object_id or '?'} has malformed links")
+    return Links(docs=set(lists[0]), blobs=set(lists[1]))
 
 
 def is_doc_bytes(data: bytes) -> bool:

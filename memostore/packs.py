@@ -6,7 +6,8 @@ for tensors of a few MiB those per-file costs are most of a hit. A pack holds
 such blobs back to back, so a value is written with one fsync and restored with
 one mapping (as git and restic pack their small objects). Each member is still
 an object of its own: its id is the digest of its bytes, it is deduplicated
-against every other object, and every read re-checks it.
+against every other object, and every read re-checks it (a mapped member is
+proven against its id before use, through the verified record: ``verified.py``).
 
 Layout of ``packs/<name>.pack`` (integers little-endian)::
 
@@ -228,7 +229,9 @@ class PackWriter:
 
     *present* tells whether an object is already stored (and freshens it), so a
     member already stored elsewhere is not written twice; *publish* is called
-    with the finished pack once it is in place. Nothing is visible to readers
+    with the finished pack once it is in place, and the stat of the file written
+    (taken after the rename, through the descriptor: this inode, whoever renamed
+    last), so that the store can record every member as proven. Nothing is visible to readers
     before :meth:`finish`; :meth:`abort` (or a crash) leaves only a temp file,
     which gc removes once it is old.
     """
@@ -239,7 +242,7 @@ class PackWriter:
         packs_dir: Path,
         hash_writer: HashWriter,
         present: Callable[[str], bool],
-        publish: Callable[[Pack], None],
+        publish: Callable[[Pack, os.stat_result], None],
     ) -> None:
         self._tmp_dir = tmp_dir
         self._packs_dir = packs_dir
@@ -306,13 +309,14 @@ class PackWriter:
             os.chmod(tmp, 0o444)
             # A pack of the same name holds the same bytes: replacing it is harmless.
             os.replace(tmp, final)
+            st = os.fstat(fd)
             size = self._pos + len(index) + _TRAILER.size
             pack = Pack(name, str(final), size, dict(self._members))
         finally:
             os.close(fd)
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        self._publish(pack)
+        self._publish(pack, st)
         return pack
 
     def abort(self) -> None:

@@ -9,9 +9,11 @@ touches the object database.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
+import stat
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -21,8 +23,13 @@ from .errors import RefError
 from .lockfile import LockFile
 from .objects import is_object_id
 
-_PART_RE = re.compile(r"^[A-Za-z0-9._%-]+$")
+# Matched with fullmatch: "$" would also accept a part ending in a newline.
+_PART_RE = re.compile(r"[A-Za-z0-9._%-]+")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class ForeignRefFile(RefError):
+    """A file under ``refs/`` that no ref writer makes (a symbolic link, a FIFO, ...)."""
 
 
 def ref_part(text: str) -> str:
@@ -56,7 +63,8 @@ def check_ref_name(name: str) -> None:
         not name
         or name.startswith("/")
         or any(
-            not p or p.startswith(".") or not _PART_RE.match(p) or _is_lock_file(p) for p in parts
+            not p or p.startswith(".") or not _PART_RE.fullmatch(p) or _is_lock_file(p)
+            for p in parts
         )
     ):
         raise RefError(f"invalid ref name {name!r}")
@@ -165,13 +173,8 @@ class DiskRefContainer(BaseRefContainer):
 
     def read(self, name: str) -> str | None:
         check_ref_name(name)
-        path = os.path.join(self._refs_dir_str, name)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return _parse_ref_content(name, data)
+        data = _read_ref_file(os.path.join(self._refs_dir_str, name), name)
+        return None if data is None else _parse_ref_content(name, data)
 
     def _read_for_update(self, name: str) -> str | None:
         try:
@@ -233,34 +236,82 @@ class DiskRefContainer(BaseRefContainer):
         base = self.refs_dir / base_rel if base_rel else self.refs_dir
         if not base.is_dir():
             return
+        for name, path in self._ref_files(base):
+            if not name.startswith(prefix):
+                continue
+            try:
+                check_ref_name(name)  # a file no writer could have made is not a ref
+                data = _read_ref_file(path, name)
+                if data is not None:
+                    yield name, _parse_ref_content(name, data)
+            except (OSError, RefError):
+                continue
+
+    def iter_damaged(self, foreign: bool = True) -> Iterator[tuple[str, str]]:
+        """(name, reason) for each file under ``refs/`` that is not a readable ref (for fsck).
+
+        With *foreign* False, only refs whose content is damaged: files that no
+        writer of refs could have made (an invalid name, a symbolic link, not a
+        regular file) are never read as refs, so they keep nothing (gc skips them).
+        """
+        if not self.refs_dir.is_dir():
+            return
+        for name, path in self._ref_files(self.refs_dir):
+            try:
+                check_ref_name(name)
+            except RefError:
+                if foreign:
+                    yield name, f"invalid ref name {name!r}: not a ref; rename or delete {path}"
+                continue
+            try:
+                data = _read_ref_file(path, name)
+                if data is not None:
+                    _parse_ref_content(name, data)
+            except RefError as exc:
+                if foreign or not isinstance(exc, ForeignRefFile):
+                    yield name, str(exc)
+            except OSError as exc:
+                yield name, f"ref {name} cannot be read ({exc.strerror or exc}); check {path}"
+
+    def _ref_files(self, base: Path) -> Iterator[tuple[str, str]]:
+        """(name, path) of every file under *base* but lock files and temporaries."""
         for dirpath, _dirnames, filenames in os.walk(base):
             rel_dir = os.path.relpath(dirpath, self.refs_dir)
             for filename in filenames:
                 if _is_lock_file(filename):
                     continue
                 name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
-                name = name.replace(os.sep, "/")
-                if not name.startswith(prefix):
-                    continue
-                # Names found on disk need no validation; read the file directly.
-                try:
-                    with open(os.path.join(dirpath, filename), "rb") as f:
-                        value = _parse_ref_content(name, f.read())
-                except (OSError, RefError):
-                    continue
-                yield name, value
+                yield name.replace(os.sep, "/"), os.path.join(dirpath, filename)
 
-    def iter_damaged(self) -> Iterator[tuple[str, str]]:
-        """(name, reason) for each ref file that cannot be read (for fsck)."""
-        if not self.refs_dir.is_dir():
-            return
-        for dirpath, _dirnames, filenames in os.walk(self.refs_dir):
-            rel_dir = os.path.relpath(dirpath, self.refs_dir)
-            for filename in filenames:
-                if _is_lock_file(filename):
-                    continue
-                name = filename if rel_dir == "." else f"{rel_dir}/{filename}"
-                try:
-                    self.read(name.replace(os.sep, "/"))
-                except RefError as exc:
-                    yield name, str(exc)
+
+# A ref file is 65 bytes; reading more of a file there is pointless.
+_REF_READ_MAX = 4096
+
+
+def _read_ref_file(path: str, name: str) -> bytes | None:
+    """The bytes of the ref file at *path*, or None where there is none.
+
+    Never follows a symbolic link at the ref's name, nor blocks on a FIFO there.
+
+    Raises:
+        ForeignRefFile: the name holds something other than a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ForeignRefFile(
+                f"ref {name} is a symbolic link, which is never followed; delete {path}"
+            ) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            return None  # a directory of refs, not a ref
+        if not stat.S_ISREG(mode):
+            raise ForeignRefFile(f"ref {name} is not a regular file; delete {path}")
+        return os.read(fd, _REF_READ_MAX)
+    finally:
+        os.close(fd)

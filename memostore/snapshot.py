@@ -4,23 +4,22 @@
 :class:`Snapshot`: a value whose digest is its content (names, bytes and the
 executable bit), never its location or timestamps. Returned from a memoised
 function (say, one that downloads a data set), the files are stored as blobs;
-restoring materialises them under the store's ``checkouts/`` directory as
-read-only hard links to the stored objects (copies where links are not
-possible), so a store that was pulled serves the data offline.
+restoring lays them out under the store's ``checkouts/`` directory as
+read-only copies of the stored objects (reflinks where the file system has
+them), checked before each restore (see :mod:`memostore.checkouts`), so a
+store that was pulled serves the data offline.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .checkouts import ensure_checkout
 from .codecs import Codec, register_codec
 from .errors import CorruptObject, DecodeError, EncodeError, MemostoreError
 from .objects import canonical_json, digest_bytes, new_hasher
@@ -154,73 +153,42 @@ class SnapshotCodec(Codec):
         return ("snapshot", snap.name, snap.is_dir, snap.entries)
 
     def decode(self, node: dict[str, Any], dec: Any) -> Snapshot:
-        entries = tuple(SnapshotEntry(p, b, s, x) for p, b, s, x in node["entries"])
-        tree_id = digest_bytes(canonical_json(node))
-        root = _checkout_root(dec.objects, tree_id)
-        target = root / node["name"]
-        if not _complete(root):
-            _materialise(dec.objects, node, entries, root)
-        return Snapshot(target, node["name"], node["dir"], entries)
+        name, is_dir, entries = _parse_node(node)
+        key = digest_bytes(canonical_json(node))
+        path = ensure_checkout(dec.objects, key, "snapshot", name, is_dir, entries)
+        return Snapshot(path, name, is_dir, entries)
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        entries = node.get("entries")
+        entries = entries if isinstance(entries, list) else []
         return {
             "type": "snapshot",
-            "name": node["name"],
-            "files": len(node["entries"]),
-            "bytes": sum(e[2] for e in node["entries"]),
+            "name": node.get("name"),
+            "files": len(entries),
+            "bytes": sum(e[2] for e in entries if _is_entry(e) and type(e[2]) is int),
         }
 
 
-def _checkout_root(objects: Any, tree_id: str) -> Path:
-    base = getattr(objects, "root", None)
-    if base is None:
-        base = Path(tempfile.gettempdir()) / "memostore-checkouts"
-    return Path(base) / "checkouts" / tree_id[:32]
+def _is_entry(item: Any) -> bool:
+    return isinstance(item, list) and len(item) == 4
 
 
-def _complete(root: Path) -> bool:
-    return (root / ".complete").exists()
+def _parse_node(node: Any) -> tuple[str, bool, tuple[SnapshotEntry, ...]]:
+    """The name, kind and entries of a stored snapshot, checked (the value is data only).
 
-
-def _materialise(objects: Any, node: dict[str, Any], entries: tuple, root: Path) -> None:
-    """Lay the files out in a temp dir, then rename it into place (atomic)."""
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".checkout-", dir=root.parent))
-    try:
-        target = staging / node["name"]
-        for entry in entries:
-            dest = target / entry.relpath if node["dir"] else target
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            _place(objects, entry, dest)
-        (staging / ".complete").write_text("")
-        try:
-            os.rename(staging, root)
-        except OSError:
-            # Another process materialised the same tree first: use theirs.
-            if not _complete(root):
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-def _place(objects: Any, entry: SnapshotEntry, dest: Path) -> None:
-    problem = objects.verify(entry.blob)
-    if problem is not None:
-        if problem == "missing":
-            raise DecodeError(f"the stored copy of {entry.relpath} is missing")
-        objects.quarantine(entry.blob)
-        raise DecodeError(f"the stored copy of {entry.relpath} is corrupt: {problem}")
-    source = objects.blob_path(entry.blob)
-    linked = False
-    if source is not None and not entry.executable:
-        with contextlib.suppress(OSError):
-            os.link(source, dest)
-            linked = True
-    if not linked:
-        data = objects.get_bytes(entry.blob)
-        dest.write_bytes(data)
-        os.chmod(dest, 0o555 if entry.executable else 0o444)
+    Raises:
+        DecodeError: the node is malformed; the layout itself is checked when
+            the files are laid out (:func:`memostore.checkouts.check_layout`).
+    """
+    name, is_dir, items = node.get("name"), node.get("dir"), node.get("entries")
+    if not isinstance(name, str) or type(is_dir) is not bool or not isinstance(items, list):
+        raise DecodeError("malformed snapshot: it needs a name, a kind and a list of entries")
+    entries = []
+    for item in items:
+        if not _is_entry(item):
+            raise DecodeError(f"snapshot {name!r}: malformed entry {str(item)[:80]}")
+        entries.append(SnapshotEntry(*item))
+    return name, is_dir, tuple(entries)
 
 
 register_codec(SnapshotCodec())

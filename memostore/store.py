@@ -12,7 +12,7 @@ Layout of a store directory (``docs/format.md``)::
       tmp/              temp files of writes in progress
       journal/          metric journals of evaluations in progress
       pending/          roots of evaluations in progress (kept by gc)
-      checkouts/        files of restored snapshots
+      checkouts/        copies of restored snapshots and dataset tables (a cache)
       quarantine/       objects that failed their digest check
 """
 
@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +32,7 @@ from typing import Any
 from .errors import MemostoreError, RevisionNotFound, StoreNotFound
 from .lockfile import HOST, pid_alive
 from .object_store import BaseObjectStore, DiskObjectStore, MemoryObjectStore
-from .objects import KIND_EVALUATION, Doc
+from .objects import KIND_EVALUATION, Doc, is_object_id
 from .refs import BaseRefContainer, DiskRefContainer, MemoryRefContainer
 
 ENV_STORE_DIR = "MEMOSTORE_DIR"
@@ -110,11 +112,20 @@ class Store:
         if path is None:
             return self._config
         try:
-            return json.loads(path.read_text())
+            config = json.loads(path.read_bytes())
         except FileNotFoundError:
             return {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise MemostoreError(f"{path} is not valid JSON ({exc}); fix or remove it") from exc
+        except OSError as exc:
+            raise MemostoreError(
+                f"cannot read {path} ({exc.strerror or exc}); fix its mode or remove it"
+            ) from exc
+        if not isinstance(config, dict):
+            raise MemostoreError(
+                f"{path} must hold a JSON object, not {_json_type(config)}; fix or remove it"
+            )
+        return config
 
     def write_config(self, config: dict[str, Any]) -> None:
         path = self.config_path
@@ -165,29 +176,93 @@ class Store:
         """Object ids that evaluations still running (or recently crashed) rely on.
 
         A marker is dropped once its writer is known dead (same host, pid gone)
-        or it is older than *stale_after* seconds.
+        or it is older than *stale_after* seconds. A marker that cannot be read
+        adds nothing (and is left in place): :meth:`damaged_pending` names it.
         """
         roots: set[str] = set()
-        if self.root is None or not (self.root / "pending").is_dir():
-            return roots
-        for path in (self.root / "pending").glob("*.json"):
-            try:
-                info = json.loads(path.read_text())
-            except (OSError, ValueError):
+        for path in self._pending_files():
+            info = _read_pending(path)
+            if info is None or isinstance(info, str):
                 continue
-            started = float(info.get("started", 0))
-            dead = info.get("host") == HOST and not pid_alive(int(info.get("pid", -1)), started)
+            started, host, pid, ids = info
+            dead = host == HOST and not pid_alive(pid, started)
             if dead or time.time() - started > stale_after:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
                 continue
-            roots.update(info.get("roots", ()))
+            roots.update(ids)
         return roots
+
+    def damaged_pending(self) -> list[tuple[Path, str]]:
+        """(path, reason) for each pending marker that cannot be read (for gc and fsck).
+
+        mark_pending writes markers whole, so one of these was damaged or
+        written by something else; what it protects is unknown.
+        """
+        damaged = []
+        for path in self._pending_files():
+            info = _read_pending(path)
+            if isinstance(info, str):
+                damaged.append((path, info))
+        return damaged
+
+    def _pending_files(self) -> list[Path]:
+        if self.root is None:
+            return []
+        try:
+            return sorted(p for p in (self.root / "pending").glob("*.json"))
+        except OSError:
+            return []
 
     def iter_evaluation_refs(self) -> Iterator[tuple[str, str]]:
         """(ref name, evaluation id) for every ref that names an evaluation."""
         for namespace in EVALUATION_NAMESPACES:
             yield from self.refs.iter(namespace)
+
+
+# A pending marker read: (started, host, pid, root ids), or why it cannot be used.
+_Pending = tuple[float, str, int, list[str]]
+_PENDING_MAX_BYTES = 64 << 20
+
+
+def _read_pending(path: Path) -> _Pending | str | None:
+    """The fields of one pending marker, checked; the reason it is unusable; or None
+    when it is gone."""
+    try:
+        # O_NOFOLLOW: a marker is a file gc itself wrote, never a link to elsewhere.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None  # cleared by its writer meanwhile
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "is not a regular file"
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(_PENDING_MAX_BYTES + 1)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    finally:
+        os.close(fd)
+    try:
+        info = json.loads(data)
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
+        return "is not valid JSON"
+    if not isinstance(info, dict):
+        return f"holds {_json_type(info)}, not a JSON object"
+    started, host, pid, roots = (info.get(k) for k in ("started", "host", "pid", "roots"))
+    if type(started) not in (int, float) or not math.isfinite(started):
+        return "has no valid 'started' time"
+    if not isinstance(host, str) or type(pid) is not int:
+        return "has no valid 'host' and 'pid'"
+    if not isinstance(roots, list) or not all(is_object_id(r) for r in roots):
+        return "has a 'roots' member that is not a list of object ids"
+    return float(started), host, pid, roots
+
+
+def _json_type(value: object) -> str:
+    names = {list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
 
 
 def _initialise(root: Path) -> None:

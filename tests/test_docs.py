@@ -161,12 +161,13 @@ _REF_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*(?P<target>\S+)", re.MULTILINE)
 _INLINE_CODE = re.compile(r"`+[^`]*`+")
 
 
-def _prose(page: Path) -> str:
-    """The page without its code blocks and inline code (links there are not links)."""
+def _prose(page: Path, inline_code: bool = False) -> str:
+    """The page without its code blocks and (unless asked) its inline code: links
+    there are not links, but a heading's inline code is part of its anchor."""
     lines = page.read_text().splitlines()
     inside = {n for b in blocks(page) for n in range(b.line, b.line + b.code.count("\n") + 2)}
-    kept = [line for n, line in enumerate(lines, start=1) if n not in inside]
-    return _INLINE_CODE.sub("", "\n".join(kept))
+    kept = "\n".join(line for n, line in enumerate(lines, start=1) if n not in inside)
+    return kept if inline_code else _INLINE_CODE.sub("", kept)
 
 
 def slug(heading: str) -> str:
@@ -180,7 +181,7 @@ def slug(heading: str) -> str:
 
 def anchors(page: Path) -> set[str]:
     found: set[str] = set()
-    for line in _prose(page).splitlines():
+    for line in _prose(page, inline_code=True).splitlines():
         match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
         if match:
             found.add(slug(match[1]))

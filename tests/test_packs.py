@@ -28,7 +28,7 @@ from memostore.evaluation import eval_ref_name  # noqa: E402
 from memostore.maintenance import fsck, gc  # noqa: E402
 from memostore.packs import PACK_BLOB_MAX  # noqa: E402
 from memostore.remote import pull, push  # noqa: E402
-from torch_codecs import checks  # noqa: E402
+from memostore.verified import forget_known, hashed_bytes  # noqa: E402
 from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
 
 SCRIPT = """\
@@ -84,7 +84,6 @@ def test_large_packed_tensors_come_from_one_mapping_each_on_a_storage_of_its_own
     doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
     (pack,) = pack_files(store.root)
     restored = Decoder(store.objects).decode_value(doc_id)
-    checks.wait_for_checks()
     assert all(torch.equal(restored[k], value[k]) for k in value)
     big = [restored[f"l{i}"] for i in range(4)]
     pointers = [t.untyped_storage().data_ptr() for t in big]
@@ -220,18 +219,14 @@ def _all_reachable_blobs(store: Store) -> set[str]:
     return out
 
 
-def test_a_damaged_member_is_quarantined_and_its_pack_mates_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(checks, "_mode", "eager")
+def test_a_damaged_member_is_quarantined_and_its_pack_mates_kept(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    value = tensors(3, 512)  # 1 MiB each: mapped, checked eagerly
+    value = tensors(3, 512)  # 1 MiB each: mapped, proven before use
     doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
     (pack,) = store.objects.packs.packs()
     victim = next(iter(pack.members))
     offset, length = pack.members[victim]
     flip_byte_at(Path(pack.path), offset + length - 1)
-    checks.forget_verified()
     with pytest.raises(CorruptObject):
         Decoder(store.objects).decode_value(doc_id)
     assert not Path(pack.path).exists() and not store.objects.contains(victim)
@@ -283,15 +278,23 @@ def test_gc_json_counts_packed_objects(tmp_path: Path) -> None:
     assert report["objects_deleted"] >= 11 and pack_files(store.root) == []
 
 
-def test_mapped_packed_tensor_checked_in_the_background(tmp_path: Path) -> None:
+def test_mapped_packed_tensors_are_proven_once_per_pack_stamp(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     value = tensors(2, 512)
-    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
-    checks.forget_verified()
-    Decoder(store.objects).decode_value(doc_id)
-    checks.wait_for_checks()
-    assert len(checks._verified) == 2
     assert MMAP_MIN_BYTES <= 512 * 512 * 4
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
+    (pack,) = store.objects.packs.packs()
+    record = store.root / "verified" / "packs" / pack.name
+    record.unlink()  # as in a copied store: not proven here yet
+    forget_known()
+    before = hashed_bytes()
+    Decoder(store.objects).decode_value(doc_id)
+    assert hashed_bytes() - before == sum(n for _, n in pack.members.values())
+    assert len(record.read_text().split()) == 2 * 7, "one line per member proven"
+    forget_known()  # a fresh process reads the record
+    before = hashed_bytes()
+    Decoder(store.objects).decode_value(doc_id)
+    assert hashed_bytes() == before
 
 
 CRASH = """\
@@ -444,7 +447,7 @@ import sys, time, warnings
 import torch
 from memostore import Store
 from memostore.decoding import Decoder
-from torch_codecs import checks
+from memostore.verified import forget_known
 
 store = Store(sys.argv[1])
 doc_id, until = sys.argv[2], time.time() + float(sys.argv[3])
@@ -454,11 +457,10 @@ restores = 0
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     while time.time() < until:
-        checks.forget_verified()  # every restore checks its blobs again, in the background
+        forget_known()  # every restore reads the record again, as a fresh process does
         value = Decoder(store.objects).decode_value(doc_id)
         assert all(torch.equal(value[k], expected[k]) for k in expected), "wrong bytes"
         restores += 1
-    checks.wait_for_checks()
 assert not caught, [str(w.message) for w in caught]
 print("RESTORES", restores)
 """
@@ -469,7 +471,7 @@ def test_restores_in_another_process_survive_concurrent_repacks(tmp_path: Path) 
     import sys
 
     store = Store(tmp_path / "store")
-    value = tensors(6, 512)  # 1 MiB each: mapped from the pack, checked in the background
+    value = tensors(6, 512)  # 1 MiB each: mapped from the pack, proven through the record
     doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
     script = write_script(tmp_path, "reader.py", READER)
     reader = subprocess.Popen(

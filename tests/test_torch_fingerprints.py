@@ -9,7 +9,7 @@ that the cached digest equals a digest computed from scratch.
 
 from __future__ import annotations
 
-import gc
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from memostore import Store  # noqa: E402
 from memostore.decoding import Decoder, _Frame  # noqa: E402
 from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
-from torch_codecs import checks  # noqa: E402
+from memostore.verified import forget_known, hashed_bytes  # noqa: E402
 from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
 from torch_codecs.fingerprints import NotProvable, snapshot  # noqa: E402
 
@@ -177,29 +177,19 @@ def test_untrackable_tensors_are_not_provable() -> None:
         assert cached(value) == fresh(value)
 
 
-def test_background_checks_are_queued_when_the_restore_ends(tmp_path: Path) -> None:
+def test_mapped_blobs_are_proven_before_their_node_decodes(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
-    value = {f"t{i}": torch.randn(MMAP_MIN_BYTES // 4 + i) for i in range(3)}
-    doc_id = Encoder(StoreSink(store.objects)).encode_value(value)
-    checks.forget_verified()
-    restored = Decoder(store.objects).decode_value(doc_id)
-    checks.wait_for_checks()
-    assert all(torch.equal(restored[k], value[k]) for k in value)
-    assert len(checks._verified) == 3, "every mapped blob checked once"
-    again = Decoder(store.objects).decode_value(doc_id)  # verified: nothing queued
-    assert all(torch.equal(again[k], value[k]) for k in value)
-
-
-def test_checks_of_a_decoder_that_never_finishes_still_run(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
-    doc_id = Encoder(StoreSink(store.objects)).encode_value(torch.randn(MMAP_MIN_BYTES // 4))
+    tensor = torch.randn(MMAP_MIN_BYTES // 4)
+    doc_id = Encoder(StoreSink(store.objects)).encode_value(tensor)
     node = store.objects.get_doc(doc_id).body["node"]
-    checks.forget_verified()
+    shutil.rmtree(store.root / "verified")  # as in a copied store: nothing proven yet
+    forget_known()
+    before = hashed_bytes()
     dec = Decoder(store.objects)
     dec._frames.append(_Frame())  # decode one node: its after-callbacks never run
     restored = dec.node(node)
-    del dec
-    gc.collect()
-    checks.wait_for_checks()
-    assert restored.numel() == MMAP_MIN_BYTES // 4
-    assert len(checks._verified) == 1
+    assert hashed_bytes() - before == store.objects.size_of(node["data"]["blob"])
+    assert torch.equal(restored, tensor)
+    again = Decoder(store.objects).decode_value(doc_id)  # proven and recorded: no hashing
+    assert hashed_bytes() - before == store.objects.size_of(node["data"]["blob"])
+    assert torch.equal(again, tensor)

@@ -22,7 +22,6 @@ from memostore.decoding import Decoder  # noqa: E402
 from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
 from memostore.errors import CorruptObject  # noqa: E402
 from memostore.hashcache import digest_cache  # noqa: E402
-from torch_codecs import checks  # noqa: E402
 from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
 from torch_codecs.fingerprints import tensor_data_state  # noqa: E402
 from torch_codecs.tensors import TensorCodec  # noqa: E402
@@ -188,10 +187,7 @@ def test_damaged_small_blob_fails_the_restore(tmp_path: Path) -> None:
         Decoder(store.objects).decode_value(doc_id)
 
 
-def test_damaged_mapped_blob_fails_an_eager_restore(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(checks, "_mode", "eager")
+def test_damaged_mapped_blob_fails_the_restore(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     doc_id = Encoder(StoreSink(store.objects)).encode_value(torch.randn(MMAP_MIN_BYTES // 2))
     path = flip_last_byte(store, MMAP_MIN_BYTES)
@@ -200,7 +196,7 @@ def test_damaged_mapped_blob_fails_an_eager_restore(
     assert not path.exists(), "a damaged blob is moved out of the way"
 
 
-def test_damaged_mapped_blob_is_found_in_the_background_and_recomputed(store_dir: Path) -> None:
+def test_damaged_mapped_blob_makes_the_hit_a_miss(store_dir: Path) -> None:
     calls = []
 
     @memo
@@ -211,15 +207,18 @@ def test_damaged_mapped_blob_is_found_in_the_background_and_recomputed(store_dir
     n = MMAP_MIN_BYTES // 2  # 2 MiB: restored through a memory map
     big(n)
     path = flip_last_byte(Store(store_dir), MMAP_MIN_BYTES)
-    checks.forget_verified()
-    with pytest.warns(MemostoreWarning, match="corrupt"):
-        damaged = big(n)  # a hit: mapped at once, checked in the background
-        checks.wait_for_checks()
-    assert calls == [n] and not path.exists()
-    assert digest_cache.get(damaged, tensor_data_state(damaged)) is None
-    with pytest.warns(MemostoreWarning, match="recomputing"):
-        again = big(n)
+    damaged_inode = path.stat().st_ino
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = big(n)  # proven before it returns: damaged, so recomputed
+    assert len(caught) == 1 and "corrupt" in str(caught[0].message)
+    assert "recomputing" in str(caught[0].message)
     assert torch.equal(again, torch.arange(float(n))) and calls == [n, n]
+    assert path.stat().st_ino != damaged_inode, "written again by the recompute"
+    assert list((store_dir / "quarantine").iterdir()), "the damaged blob is kept aside"
+    restored = big(n)
+    assert calls == [n, n] and torch.equal(restored, again)
+    assert digest_cache.get(restored, tensor_data_state(restored)) is not None
 
 
 def test_digest_cache_follows_in_place_changes() -> None:
@@ -302,7 +301,6 @@ def test_mapped_tensors_hold_no_file_descriptors(tmp_path: Path) -> None:
     before = len(os.listdir("/proc/self/fd"))
     restored = Decoder(store.objects).decode_value(doc_id)
     assert len(os.listdir("/proc/self/fd")) < before + 5
-    checks.wait_for_checks()
     assert all(torch.equal(a, b) for a, b in zip(restored, value, strict=True))
     restored[0][0] = -1.0  # copy-on-write: the store keeps its bytes
     again = Decoder(store.objects).decode_value(doc_id)
@@ -331,7 +329,6 @@ def test_mapped_blobs_with_another_header_or_a_wide_dtype_restore(tmp_path: Path
             "nbytes": len(data), "requires_grad": False, "shape": [t.numel()]}  # fmt: skip
     doc_id = store.objects.add_doc(Doc(KIND_VALUE, {"node": node}, Links(blobs={blob_id})))
     restored = Decoder(store.objects).decode_value(doc_id)
-    checks.wait_for_checks()
     assert torch.equal(restored, t)
 
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import set_check_mode, wait_for_checks
+
+def set_check_mode(mode: str) -> None:
+    """Trust the verified record (``"recorded"``, the default) or hash ``"always"``.
+
+    Imports torch on first use only: the CLI loads this package for summaries,
+    which must not pay for torch.
+    """
+    from .checks import set_check_mode as set_mode
+
+    set_mode(mode)
 
 
 def register(registry: Any) -> None:
@@ -40,10 +49,15 @@ def register(registry: Any) -> None:
         registry.register(codec)
     from memostore.effects.rng import register_rng
 
+    from .safe_globals import register as register_safe_globals
+
+    # What restoring torch values may call (memostore.trust): before any is restored.
+    register_safe_globals()
+
     register_rng(TorchRNG())
     register_rng(CudaRNG())
     # Before any digest is cached: writes that move no version counter are seen from now on.
     install()
 
 
-__all__ = ["register", "set_check_mode", "wait_for_checks"]
+__all__ = ["register", "set_check_mode"]

@@ -15,17 +15,16 @@ straight from the tensor's memory.
 
 Restoring memory-maps a large blob copy-on-write: the tensor lives in the
 mapping (the page cache), so a large result is never held twice in memory and a
-hit costs next to nothing; ``checks.py`` checks the blob's bytes against its id.
+hit costs next to nothing. The mapped bytes are proven to be the blob's before a
+tensor is made of them (``checks.py``); a small blob is read whole and hashed.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import mmap
 import os
 import struct
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,9 +33,9 @@ import torch
 from memostore.errors import CorruptObject, MalformedObject
 from memostore.objects import digest_bytes
 from memostore.packs import Pack, PackLocation
+from memostore.verified import ALL, Stamp, stamp_of
 
-from .checks import PendingCheck, check_mapped, is_verified
-from .checks import submit as submit_checks
+from .checks import prove, trusts_nothing
 from .dtypes import BlobLayout, dtype_name, layout_for
 from .exposure import raw_frombuffer, raw_numpy
 
@@ -118,24 +117,24 @@ def _host_view(t: torch.Tensor) -> memoryview:
 
 
 # -- reading ------------------------------------------------------------------------------
-def read_tensor(
-    dec: Any, blob_id: str, dtype: torch.dtype, shape: list[int]
-) -> tuple[torch.Tensor, PendingCheck | None]:
-    """The tensor stored in blob *blob_id*, on the host, and its pending check if any.
+def read_tensor(dec: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    """The tensor stored in blob *blob_id*, on the host, its bytes proven to be the blob's.
 
     A large packed blob is a slice of its pack, mapped once per restore; a large
     loose blob is mapped on its own. Both are mapped copy-on-write (writing to
-    the tensor never touches the store) and checked as ``checks.py`` says; a
-    small blob, packed or loose, is copied into a fresh buffer and checked at
-    once. This runs once per restored tensor, so the common case is kept to a
-    few calls: the expected header comes from a cache, and the pack's index (or
-    the file's size) confirms it.
+    the tensor never touches the store), and the mapped bytes are proven against
+    the blob id before the tensor is made (``checks.py``: through the store's
+    verified record, else by hashing them); a small blob, packed or loose, is
+    copied into a fresh buffer and hashed. A file that changes while it is
+    mapped and proven is read whole instead. This runs once per restored
+    tensor, so the common case is kept to a few calls: the expected header
+    comes from a cache, and the pack's index (or the file's size) confirms it.
     """
     size = tuple(shape)
     expected, nbytes = _expected(dtype, size)
     if not nbytes:
         buf = dec.objects.get_bytearray(blob_id)
-        return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), None
+        return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes)
     loc = dec.objects.pack_location(blob_id, refresh=False)
     if loc is None:
         path = dec.blob_file(blob_id)
@@ -155,7 +154,7 @@ def read_tensor(
         if found is not None:
             return found
     buf = dec.objects.get_bytearray(blob_id)
-    return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes), None
+    return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes)
 
 
 def _read_loose(
@@ -167,22 +166,22 @@ def _read_loose(
     size: tuple[int, ...],
     expected: bytes,
     nbytes: int,
-) -> tuple[torch.Tensor, PendingCheck | None] | None:
-    """A large loose blob, mapped; None if its file went away since its stat."""
-    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-    pending = None
-    if not is_verified(blob_id, stamp):
-        pending = check_mapped(dec.objects, blob_id, path, stamp, _batch(dec))
+) -> torch.Tensor | None:
+    """A large loose blob, mapped and proven; None if its file changed since its stat."""
+    mapped = _map_file(path, st)
+    if mapped is None:
+        return None
+    storage, stamp = mapped
+    if not prove(dec.objects, blob_id, storage, 0, st.st_size, path, stamp, packed=False):
+        return None
     start = len(expected)
-    try:
-        if st.st_size == start + nbytes and start % dtype.itemsize == 0:
-            return _map_data(path, st.st_size, start, dtype, size), pending
-        # A header of another size (a blob written elsewhere): map, parse it.
-        with open(path, "rb") as f:
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        return _from_buffer(buf, blob_id, dtype, list(size), expected, nbytes), pending
-    except (OSError, RuntimeError):
-        return None  # removed or replaced since the stat: let the store read or report it
+    if st.st_size == start + nbytes and start % dtype.itemsize == 0:
+        # The data follows a header of exactly the expected size, as the file's size
+        # says (the proof covered the header too): no need to read the header.
+        return _tensor_at(storage, start, nbytes, dtype, size)
+    # A header of another size (a blob written elsewhere): parse it.
+    raw = _tensor_at(storage, 0, st.st_size, torch.uint8, (st.st_size,))
+    return _from_buffer(memoryview(raw_numpy(raw)), blob_id, dtype, list(size), expected, nbytes)
 
 
 def _read_packed(
@@ -193,7 +192,7 @@ def _read_packed(
     size: tuple[int, ...],
     expected: bytes,
     nbytes: int,
-) -> tuple[torch.Tensor, PendingCheck | None] | None:
+) -> torch.Tensor | None:
     """A packed blob, as a view of its pack's mapping; None if the pack went away.
 
     The pack is mapped once per restore, whatever the number of tensors in it:
@@ -202,7 +201,7 @@ def _read_packed(
     mapped = _map_pack(dec, loc.pack)
     if mapped is None:
         return None
-    storage, stamp = mapped
+    storage, stamp, proven = mapped
     if loc.length < MMAP_MIN_BYTES:
         # Small: copied out and checked at once, like a small loose blob, so that it
         # owns its storage (some torch calls read a storage from its start).
@@ -212,52 +211,64 @@ def _read_packed(
         if actual != blob_id:
             dec.objects.quarantine(blob_id)
             raise CorruptObject(blob_id, actual, f"{loc.pack.path} at byte {loc.offset}")
-        return _from_buffer(buf, blob_id, dtype, list(size), expected, nbytes), None
-    pending = None
-    if not is_verified(blob_id, stamp):
-        span = (loc.offset, loc.length)
-        pending = check_mapped(dec.objects, blob_id, loc.pack.path, stamp, _batch(dec), span)
+        return _from_buffer(buf, blob_id, dtype, list(size), expected, nbytes)
+    vouched = ALL in proven or blob_id in proven
+    if not vouched and not prove(
+        dec.objects, blob_id, storage, loc.offset, loc.length, loc.pack.path, stamp
+    ):
+        return None
     start = loc.offset + len(expected)
     if loc.length == len(expected) + nbytes and start % dtype.itemsize == 0:
-        return _tensor_at(storage, start, nbytes, dtype, size), pending
+        return _tensor_at(storage, start, nbytes, dtype, size)
     # A header of another size (a blob written elsewhere): parse it.
     raw = _tensor_at(storage, loc.offset, loc.length, torch.uint8, (loc.length,))
     view = memoryview(raw_numpy(raw))
-    return _from_buffer(view, blob_id, dtype, list(size), expected, nbytes), pending
+    return _from_buffer(view, blob_id, dtype, list(size), expected, nbytes)
 
 
 _SESSION_PACKS = "torch.mapped_packs"
 
 
-def _map_pack(dec: Any, pack: Pack) -> tuple[torch.UntypedStorage, tuple[int, int, int]] | None:
-    """The mapping of *pack* shared by this restore's tensors, and the pack's stamp."""
+def _map_pack(dec: Any, pack: Pack) -> tuple[torch.UntypedStorage, Stamp, frozenset[str]] | None:
+    """The mapping of *pack* shared by this restore's tensors, the pack's stamp, and the
+    members the verified record vouches for under that stamp (read once per restore)."""
     session = getattr(dec, "session", None)
     mapped = session.setdefault(_SESSION_PACKS, {}) if session is not None else {}
     found = mapped.get(pack.path)
     if found is None:
         try:
             st = os.stat(pack.path)
-            storage = torch.UntypedStorage.from_file(pack.path, shared=False, nbytes=st.st_size)
-        except (OSError, RuntimeError):
+        except OSError:
             return None  # rewritten or removed by gc since it was listed
-        found = mapped[pack.path] = (storage, (st.st_ino, st.st_size, st.st_mtime_ns))
+        file = _map_file(pack.path, st)
+        if file is None:
+            return None
+        storage, stamp = file
+        proven = (
+            frozenset() if trusts_nothing() else dec.objects.proven_pack_members(pack.path, stamp)
+        )
+        found = mapped[pack.path] = (storage, stamp, proven)
     return found
 
 
-def _map_data(
-    path: str, file_size: int, start: int, dtype: torch.dtype, size: tuple[int, ...]
-) -> torch.Tensor:
-    """The tensor at byte *start* of the file, mapped copy-on-write.
+def _map_file(path: str, st: os.stat_result) -> tuple[torch.UntypedStorage, Stamp] | None:
+    """The whole file at *path* mapped copy-on-write, and its stamp; None if it changed.
 
     torch maps the file and closes it at once: a mapping made by Python's
     ``mmap`` keeps a file descriptor open for as long as it lives, and a
-    restored model of thousands of tensors would run out of them. The data is
-    not read here (reading the header would fault in a page per tensor): it
-    starts after a header of exactly the expected size, as the file's size
-    says, and the check of the blob's id (``checks.py``) covers the header too.
+    restored model of thousands of tensors would run out of them. The file is
+    opened by name, so it is stat-ed again after: the same stamp (ctime
+    included, which any rename or write moves) means the mapping is of the
+    inode that was stat-ed, unchanged.
     """
-    storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=file_size)
-    return _tensor_at(storage, start, file_size - start, dtype, size)
+    stamp = stamp_of(st)
+    try:
+        storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=st.st_size)
+        if stamp_of(os.stat(path)) != stamp:
+            return None
+    except (OSError, RuntimeError):
+        return None  # removed or replaced since the stat: let the store read or report it
+    return storage, stamp
 
 
 def _tensor_at(
@@ -293,36 +304,6 @@ def _from_buffer(
     # Blob data starts at a multiple of 8 (see header_bytes): aligned for every dtype.
     flat = raw_frombuffer(buf, dtype=dtype, count=nbytes // dtype.itemsize, offset=start)
     return flat if len(shape) == 1 else flat.view(shape)
-
-
-class _Batch:
-    """The background checks of one restore, queued once it is complete (see checks.py)."""
-
-    __slots__ = ("__weakref__", "jobs")
-
-    def __init__(self) -> None:
-        self.jobs: list[PendingCheck] = []
-
-    def submit(self) -> None:
-        submit_checks(self.jobs)
-
-
-_SESSION_BATCH = "torch.pending_checks"
-
-
-def _batch(dec: Any) -> list[PendingCheck] | None:
-    """This restore's list of checks to queue at its end (None: queue each at once)."""
-    session = getattr(dec, "session", None)
-    if session is None or not hasattr(dec, "after"):
-        return None
-    batch = session.get(_SESSION_BATCH)
-    if batch is None:
-        batch = session[_SESSION_BATCH] = _Batch()
-        dec.after(batch.submit)
-        # Decoders that never run their after-callbacks (arguments documents) still
-        # queue their checks: when the decoder and its session are gone.
-        weakref.finalize(batch, submit_checks, batch.jobs)
-    return batch.jobs
 
 
 def _parse_header(buf: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) -> tuple[int, int]:

@@ -35,7 +35,6 @@ from memostore.errors import EncodeError, MemostoreWarning
 from memostore.hashcache import digest_cache
 
 from .blobs import data_nbytes, read_tensor, tensor_producer
-from .checks import PendingCheck
 from .dtypes import dtype_from_name, dtype_name
 from .fingerprints import tensor_data_state
 from .replay import assign_tensor, tensor_unchanged
@@ -199,11 +198,10 @@ class TensorCodec(Codec):
         cls = dec.code(node["cls"]) if "cls" in node else None
         dtype = _DTYPES.get(node["dtype"]) or dtype_from_name(node["dtype"])
         device = target_device(node["device"], dec)
-        pending = None
         if "layout" in node:
             t = _decode_sparse(node, dec, dtype, device)
         else:
-            t, pending = _decode_strided(node, dec, dtype, device)
+            t = _decode_strided(node, dec, dtype, device)
         requires_grad = bool(node.get("requires_grad"))
         if node.get("kind") == "param":
             t = torch.nn.Parameter(t, requires_grad=requires_grad)
@@ -222,11 +220,9 @@ class TensorCodec(Codec):
         if blob is not None and "base" not in node["data"]:
             state = tensor_data_state(t)
             if state is not None:
-                # Read back under its id: no need to hash it again (see checks.py for
-                # what happens when a mapped blob turns out damaged).
+                # Read back under its id, its bytes proven (see checks.py): no need
+                # to hash it again.
                 digest_cache.put(t, state, blob)
-        if pending is not None:
-            pending.attach(t)
         return t
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
@@ -300,32 +296,29 @@ def _decode_sparse(
 
 def _decode_strided(
     node: dict[str, Any], dec: Any, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, PendingCheck | None]:
+) -> torch.Tensor:
     shape = node["shape"]
     data = node["data"]
     if data is None:
-        return torch.empty(shape, dtype=dtype, device="meta"), None
+        return torch.empty(shape, dtype=dtype, device="meta")
     if "base" in data:
-        base, _ = _anchor(dec, data["base"], device)
+        base = _anchor(dec, data["base"], device)
         out = torch.empty(0, dtype=dtype, device=base.device)
-        return out.set_(base.untyped_storage(), data["offset"], shape, data["stride"]), None
+        return out.set_(base.untyped_storage(), data["offset"], shape, data["stride"])
     if "k" in data:
         descr = {"k": data["k"], "blob": data["blob"], "dtype": node["dtype"], "shape": shape}
         return _anchor(dec, descr, device)
-    t, pending = read_tensor(dec, data["blob"], dtype, shape)
-    return _to_device(t, device), pending
+    return _to_device(read_tensor(dec, data["blob"], dtype, shape), device)
 
 
-def _anchor(
-    dec: Any, descr: dict[str, Any], device: torch.device
-) -> tuple[torch.Tensor, PendingCheck | None]:
+def _anchor(dec: Any, descr: dict[str, Any], device: torch.device) -> torch.Tensor:
     """The restored storage anchor *descr* names, read once per document."""
     key = ("torch.anchor", descr["k"])
     found = dec.scratch.get(key)
     if found is None:
         dtype = dtype_from_name(descr["dtype"])
-        t, pending = read_tensor(dec, descr["blob"], dtype, descr["shape"])
-        found = dec.scratch[key] = (_to_device(t, device), pending)
+        t = read_tensor(dec, descr["blob"], dtype, descr["shape"])
+        found = dec.scratch[key] = _to_device(t, device)
     return found
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         list_remotes,
         open_remote,
         remove_remote,
+        set_remote_trust,
     )
     from .fetch import fetch_on_miss
     from .sync import SyncReport, pull, push
@@ -35,6 +36,7 @@ _WHERE = {
     "list_remotes": "config",
     "open_remote": "config",
     "remove_remote": "config",
+    "set_remote_trust": "config",
     "fetch_on_miss": "fetch",
     "SyncReport": "sync",
     "pull": "sync",
@@ -57,6 +59,7 @@ __all__ = [
     "pull",
     "push",
     "remove_remote",
+    "set_remote_trust",
 ]
 
 

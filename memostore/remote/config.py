@@ -3,7 +3,11 @@
 The config holds, per remote, only where it is and how to treat it::
 
     {"remotes": {"origin": {"url": "s3://lab/ms", "endpoint": "http://minio:9000",
-                            "auto_fetch": true}}}
+                            "auto_fetch": true, "trusted": true}}}
+
+``trusted`` says that code stored by value (pickled) in objects pulled from
+that remote may be loaded (``memostore/trust/origins.py``); without it, values
+from the remote restore through the decoding allowlist only.
 
 Credentials always come from the standard chains (AWS environment variables,
 profiles, instance roles; file permissions for directories), so a store can be
@@ -13,6 +17,7 @@ password are refused.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -48,6 +53,8 @@ class RemoteConfig:
         auto_fetch: whether a memoised call that misses locally looks here.
         hardlinks: for a directory on the store's file system, whether a push
             hard-links object files instead of copying them.
+        trusted: whether code stored by value in objects pulled from here may be
+            loaded (unpickled); off, those values restore through the allowlist only.
     """
 
     name: str
@@ -55,6 +62,7 @@ class RemoteConfig:
     endpoint: str | None = None
     auto_fetch: bool = False
     hardlinks: bool = True
+    trusted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"url": self.url, "auto_fetch": self.auto_fetch}
@@ -62,6 +70,8 @@ class RemoteConfig:
             data["endpoint"] = self.endpoint
         if not self.hardlinks:
             data["hardlinks"] = False
+        if self.trusted:
+            data["trusted"] = True
         return data
 
     @classmethod
@@ -78,6 +88,8 @@ class RemoteConfig:
             endpoint=endpoint if isinstance(endpoint, str) and endpoint else None,
             auto_fetch=bool(data.get("auto_fetch", False)),
             hardlinks=data.get("hardlinks", True) is not False,
+            # Only a literal true trusts: a damaged or odd value must not.
+            trusted=data.get("trusted", False) is True,
         )
 
     @property
@@ -87,7 +99,7 @@ class RemoteConfig:
 
 def check_remote_name(name: str) -> str:
     """Return *name* if it can name a remote, else raise MemostoreError."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise MemostoreError(
             f"invalid remote name {name!r}: use letters, digits, '.', '_' and '-' "
             "(at most 64, starting with a letter or digit), e.g. origin"
@@ -144,10 +156,16 @@ def normalise_endpoint(endpoint: str | None) -> str | None:
 # -- reading and writing the config -------------------------------------------------------
 def list_remotes(store: Store) -> list[RemoteConfig]:
     """Every configured remote, in name order."""
-    section = store.read_config().get("remotes") or {}
-    if not isinstance(section, dict):
-        raise MemostoreError("config.json: 'remotes' must be an object; fix or remove it")
+    section = store.read_config().get("remotes")
+    section = {} if section is None else section
+    _check_section(store, section)
     return [RemoteConfig.from_json(name, section[name]) for name in sorted(section)]
+
+
+def _check_section(store: Store, section: Any) -> None:
+    if not isinstance(section, dict):
+        where = store.config_path or "config.json"
+        raise MemostoreError(f"{where}: 'remotes' must be a JSON object; fix or remove it")
 
 
 def _update(store: Store, change: Any) -> None:
@@ -172,6 +190,7 @@ def add_remote(
     endpoint: str | None = None,
     auto_fetch: bool = False,
     hardlinks: bool = True,
+    trusted: bool = False,
     replace: bool = False,
 ) -> RemoteConfig:
     """Configure a remote (no network access).
@@ -184,6 +203,8 @@ def add_remote(
         auto_fetch: look up local misses on this remote.
         hardlinks: let a push hard-link object files into a directory remote on
             the store's file system (False: always copy them).
+        trusted: let code stored by value in objects pulled from this remote be
+            loaded (see :func:`set_remote_trust`).
         replace: overwrite a remote of the same name.
 
     Raises:
@@ -195,6 +216,7 @@ def add_remote(
         normalise_endpoint(endpoint),
         auto_fetch,
         hardlinks,
+        trusted,
     )
     if remote.endpoint and not remote.url.startswith("s3://"):
         raise MemostoreError(f"--endpoint applies to s3:// remotes only, not {remote.url}")
@@ -210,6 +232,7 @@ def add_remote(
 
     def change(config: dict[str, Any]) -> None:
         section = config.setdefault("remotes", {})
+        _check_section(store, section)
         if name in section and not replace:
             raise MemostoreError(
                 f"remote {name!r} exists already ({section[name].get('url')}); remove it first "
@@ -225,12 +248,43 @@ def remove_remote(store: Store, name: str) -> None:
     """Forget a remote (its files are left alone)."""
 
     def change(config: dict[str, Any]) -> None:
-        section = config.get("remotes") or {}
-        if name not in section:
+        section = config.get("remotes")
+        _check_section(store, {} if section is None else section)
+        if not section or name not in section:
             raise RemoteNotFound(_not_found_message(store, name))
         del section[name]
 
     _update(store, change)
+
+
+def set_remote_trust(store: Store, name: str, trusted: bool = True) -> RemoteConfig:
+    """Mark a configured remote trusted (or not): whether its pickled code may be loaded.
+
+    Objects pulled from a remote are recorded as its own (``origins/``, see
+    ``docs/format.md``); code stored by value (cloudpickle) in them runs when
+    it is loaded, so it is loaded only while their remote is trusted. Trust
+    everyone who can write to the remote, or leave it off: values then
+    restore through the decoding allowlist alone. Takes effect at once, also
+    for objects pulled before.
+
+    Raises:
+        RemoteNotFound: no remote of that name.
+    """
+    updated: list[RemoteConfig] = []
+
+    def change(config: dict[str, Any]) -> None:
+        section = config.get("remotes") or {}
+        _check_section(store, section)
+        if name not in section:
+            raise RemoteNotFound(_not_found_message(store, name))
+        remote = dataclasses.replace(RemoteConfig.from_json(name, section[name]), trusted=trusted)
+        section[name] = {**section[name], **remote.to_json()}
+        if not trusted:
+            section[name].pop("trusted", None)
+        updated.append(remote)
+
+    _update(store, change)
+    return updated[0]
 
 
 def _not_found_message(store: Store, name: str) -> str:

@@ -18,11 +18,14 @@ It never raises and never holds a call up for long:
   and reported by a single :class:`MemostoreWarning` per process; the call then
   computes locally.
 
-A remote is trusted as far as the code that pushed to it: the fetched
-evaluation must be the one its ref names (same function and call key, checked
-before anything is downloaded), and every object must hash to its id, but a
-result that a teammate's code produced is decoded (and may be unpickled) only
-because the user's own call asked for exactly that evaluation.
+What a remote sends is data: the fetched evaluation must be the one its ref
+names (same function and call key, checked before anything is downloaded),
+every object must hash to its id, and every object is recorded as the
+remote's before it arrives (``pull_refs``, ``memostore/trust/origins.py``).
+Restoring the result then calls only what the decoding allowlist allows, and
+loads code stored by value (pickled) only if the remote is marked trusted
+(``memostore remote trust NAME``); otherwise the call computes, after one
+warning naming that command.
 """
 
 from __future__ import annotations

@@ -21,19 +21,34 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import index
-from ..errors import MemostoreError, ObjectNotFound, RefError
+from ..errors import (
+    MalformedObject,
+    MemostoreError,
+    MemostoreWarning,
+    ObjectNotFound,
+    RefError,
+)
 from ..objects import FORMAT_VERSION, KIND_EVALUATION, Doc, is_object_id
 from ..refs import check_ref_name
-from ..transport import DirectoryTransport, NotFoundOnRemote, RemoteError, Transport
+from ..transport import (
+    DirectoryTransport,
+    NotFoundOnRemote,
+    RemoteError,
+    Transport,
+    UnsafeRemotePath,
+)
+from ..trust import origin_sync
 from .config import RemoteConfig, get_remote, open_remote
 from .selection import select_refs, target_problem
 from .transfer import (
+    CorruptRemoteObject,
     RemotePresence,
     TransferProgress,
     download,
@@ -216,6 +231,15 @@ def push(
         report = SyncReport("push", transport.url)
         check_remote_format(transport, create=True)
         names = sorted(selected)
+        for name in names:
+            try:
+                check_ref_name(name)
+            except RefError:
+                report.skipped[name] = "invalid ref name"
+        names = [n for n in names if n not in report.skipped]
+        damaged = getattr(store.refs, "iter_damaged", None)
+        for name, reason in damaged() if damaged is not None and not revs else ():
+            report.skipped[name] = reason  # ref files that cannot be read: never pushed
         raws = _by_key(pool, lambda n: read_remote_ref(transport, n), names)
         to_update: dict[str, str] = {}
         for name in names:
@@ -234,6 +258,8 @@ def push(
             lambda ids: _parallel(pool, lambda i: read_local_doc(store.objects, i), ids),
             str(store.root or "memory store"),
         )
+        # Objects this store pulled from elsewhere stay theirs on the remote too.
+        origin_sync.send_origins(store, transport, plan, pool)
         sizes = {i: len(d.data) for i, d in plan.docs.items()}
         blobs = sorted(plan.blobs)
         sizes.update(_by_key(pool, _local_size(store), blobs))
@@ -251,7 +277,22 @@ def push(
         )
     _tally(report, sorted(to_update), outcomes)
     report.seconds = time.perf_counter() - started
+    _warn_skipped(report)
     return report
+
+
+def _warn_skipped(report: SyncReport) -> None:
+    """One warning for every ref a push or pull left out (the report lists each)."""
+    if not report.skipped:
+        return
+    shown = "; ".join(f"{n}: {r}" for n, r in sorted(report.skipped.items())[:3])
+    more = f"; and {len(report.skipped) - 3} more" if len(report.skipped) > 3 else ""
+    warnings.warn(
+        f"memostore: {report.direction} {report.remote} skipped {len(report.skipped)} "
+        f"ref(s) and moved the rest ({shown}{more})",
+        MemostoreWarning,
+        stacklevel=3,
+    )
 
 
 def _local_size(store: Store) -> Callable[[str], int]:
@@ -308,8 +349,11 @@ def list_remote_refs(
             continue
         names.append(name)
     refs: dict[str, str] = {}
-    raws = _by_key(pool, lambda n: read_remote_ref(transport, n), names)
+    raws = _by_key(pool, lambda n: _read_listed_ref(transport, n), names)
     for name, raw in raws.items():
+        if isinstance(raw, UnsafeRemotePath):
+            skipped[name] = "a symbolic link on the remote (never followed)"
+            continue
         if raw is None:
             continue  # deleted since it was listed
         value = parse_ref(raw)
@@ -318,6 +362,14 @@ def list_remote_refs(
         else:
             refs[name] = value
     return refs
+
+
+def _read_listed_ref(transport: Transport, name: str) -> bytes | UnsafeRemotePath | None:
+    # A planted link is that ref's problem, not the whole pull's.
+    try:
+        return read_remote_ref(transport, name)
+    except UnsafeRemotePath as exc:
+        return exc
 
 
 def pull(
@@ -343,6 +395,7 @@ def pull(
         selected = select_refs(remote_refs, revs, transport.url)
         pull_refs(store, transport, selected, pool, report, force=force, progress=progress)
     report.seconds = time.perf_counter() - started
+    _warn_skipped(report)
     return report
 
 
@@ -381,9 +434,10 @@ def pull_refs(
         return doc
 
     roots = sorted({value for _, value in to_set.values()})
-    root_docs = _by_key(pool, read_doc, roots)
+    root_docs = _by_key(pool, lambda i: _root_doc(read_doc, i), roots)
     for name, (_, value) in list(to_set.items()):
-        problem = target_problem(name, root_docs[value])
+        doc = root_docs[value]
+        problem = doc if isinstance(doc, str) else target_problem(name, doc)
         if problem is not None:
             report.skipped[name] = problem
             del to_set[name]
@@ -393,6 +447,9 @@ def pull_refs(
         lambda ids: _parallel(pool, read_doc, ids),
         transport.url,
     )
+    # Recorded, durably, before any of them arrives: pickled code in them is loaded
+    # only while their remote is trusted (see memostore/trust/origins.py).
+    origin_sync.record_pull(store, transport, plan, pool)
     sizes = {i: len(d.data) for i, d in plan.docs.items()}
     blobs = sorted(plan.blobs)
     sizes.update(_by_key(pool, lambda b: _remote_size(transport, b), blobs))
@@ -415,6 +472,18 @@ def pull_refs(
         doc = root_docs[object_id]
         if doc.kind == KIND_EVALUATION:
             index.record(store, object_id, doc.body)
+
+
+def _root_doc(read_doc: Callable[[str], Doc], object_id: str) -> Doc | str:
+    """The document a ref names, or why that ref is skipped (it names nothing usable)."""
+    try:
+        return read_doc(object_id)
+    except (NotFoundOnRemote, ObjectNotFound):
+        return f"dangling: it names object {object_id}, which the remote does not have"
+    except UnsafeRemotePath as exc:
+        return f"its object {exc.name} is a symbolic link on the remote (never followed)"
+    except (CorruptRemoteObject, MalformedObject) as exc:
+        return f"its object {object_id} is damaged on the remote ({exc})"
 
 
 def _remote_size(transport: Transport, object_id: str) -> int:

@@ -3,7 +3,9 @@
 Downloads are checked against their id *before* they enter the object
 database: a small object is hashed in memory, a big one is streamed to a
 temporary file in the store's ``tmp/``, hashed, then renamed into place. A
-mismatch stores nothing and raises :class:`CorruptRemoteObject`.
+mismatch stores nothing and raises :class:`CorruptRemoteObject`. A large object
+pulled enters the store's verified record as it is placed (as one the store
+wrote itself), so the first hit after a pull maps it without hashing it again.
 
 Uploads send the local files as they are (``Transport.add_if_new``, which
 skips an object that appeared meanwhile); their bytes are verified when they
@@ -19,16 +21,16 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Executor, wait
 from pathlib import Path
+from typing import Any
 
-from ..errors import MalformedObject, ObjectNotFound
+from ..errors import CorruptObject, MalformedObject, ObjectNotFound
 from ..object_store import BaseObjectStore
-from ..objects import Doc, digest_bytes, is_object_id, new_hasher
+from ..objects import Doc, digest_bytes, is_object_id
 from ..transport import RemoteError, Transport
 from .walk import TransferPlan, object_name
 
 # Objects up to this size are downloaded into memory; bigger ones are streamed to disk.
 SMALL_OBJECT = 8 << 20
-_HASH_CHUNK = 8 << 20
 # Many presence checks at once: list the fan-out directories instead (S3 only).
 LIST_THRESHOLD = 1024
 
@@ -183,8 +185,10 @@ def upload(
         return transport.add_if_new(name, doc.data)
     path = objects.blob_path(object_id)
     if path is not None:
-        # Store files are written once and never changed: safe to hard-link.
-        return transport.add_if_new(name, path, link=True)
+        # Store files are written once and never changed: safe to hard-link. A link
+        # sets the file's ctime: the store carries its proof across that change.
+        with objects.keeping_proof(object_id):
+            return transport.add_if_new(name, path, link=True)
     return transport.add_if_new(name, objects.get_bytes(object_id))
 
 
@@ -201,9 +205,8 @@ def download(
     doc = plan.docs.get(object_id)
     if doc is not None:
         data = doc.data  # verified when it was read during the walk
-    elif size > SMALL_OBJECT and hasattr(objects, "tmp_dir") and hasattr(objects, "path_of"):
-        _download_large(objects, transport, object_id)
-        return True
+    elif size > SMALL_OBJECT and hasattr(objects, "add_downloaded"):
+        return _download_large(objects, transport, object_id)
     else:
         data = transport.get_bytes(object_name(object_id))
         actual = digest_bytes(data)
@@ -213,54 +216,21 @@ def download(
     return True
 
 
-def _download_large(objects: BaseObjectStore, transport: Transport, object_id: str) -> None:
-    """Stream a big object to ``tmp/``, hash it, then rename it into the object store.
+def _download_large(objects: Any, transport: Transport, object_id: str) -> bool:
+    """Stream a big object to ``tmp/``; the store hashes it and renames it into place.
 
     The rename adopts the downloaded file itself, so a big tensor is written to
     disk once, not copied a second time by the object store.
     """
-    tmp_dir: Path = objects.tmp_dir  # type: ignore[attr-defined]
+    tmp_dir: Path = objects.tmp_dir
     tmp_dir.mkdir(parents=True, exist_ok=True)
     tmp = tmp_dir / f"pull-{os.getpid()}-{uuid.uuid4().hex}"
     try:
         transport.get_file(object_name(object_id), tmp)
-        actual = _hash_file(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if actual != object_id:
-            raise CorruptRemoteObject(object_id, actual, transport.url)
-        final: Path = objects.path_of(object_id)  # type: ignore[attr-defined]
-        if final.exists():
-            return
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, final)
-        _fsync_dir(final.parent)
+            return bool(objects.add_downloaded(tmp, object_id))
+        except CorruptObject as exc:
+            raise CorruptRemoteObject(object_id, exc.actual, transport.url) from None
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-
-
-def _hash_file(path: Path) -> str:
-    """BLAKE3 of a file; memory-mapped where blake3 can (no copy through Python)."""
-    hasher = new_hasher(path.stat().st_size)
-    update_mmap = getattr(hasher, "update_mmap", None)
-    if update_mmap is not None:
-        update_mmap(os.fspath(path))
-    else:
-        with open(path, "rb") as f:
-            while chunk := f.read(_HASH_CHUNK):
-                hasher.update(chunk)
-    return hasher.hexdigest()
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

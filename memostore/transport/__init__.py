@@ -13,6 +13,7 @@ from .base import (
     Transport,
     validate_name,
 )
+from .beneath import UnsafeRemotePath
 from .directory import DirectoryTransport
 from .memory import MemoryTransport
 from .s3 import S3Transport
@@ -27,6 +28,7 @@ __all__ = [
     "RemoteUnreachable",
     "S3Transport",
     "Transport",
+    "UnsafeRemotePath",
     "open_transport",
     "validate_name",
 ]

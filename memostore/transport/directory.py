@@ -23,12 +23,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LockTimeout
-from ..fsutil import fsync_dir
+from ..filecopy import copy_fd
 from ..lockfile import LockFile
 from .base import (
     NotFoundOnRemote,
@@ -42,6 +42,15 @@ from .base import (
     validate_name,
     validate_prefix,
 )
+from .beneath import (
+    CREATE_FLAGS,
+    check_not_link,
+    open_file,
+    open_parent,
+    open_root,
+    open_subdir,
+    proc_path,
+)
 
 # errno values meaning "the file system is gone", not "this file is wrong".
 _UNREACHABLE_ERRNOS = {
@@ -54,6 +63,7 @@ _UNREACHABLE_ERRNOS = {
 }
 # errno values of a file system that cannot hard-link (FAT, some FUSE and SMB mounts).
 _NO_LINK_ERRNOS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
+_READ_CHUNK = 8 << 20
 
 
 class DirectoryTransport(Transport):
@@ -95,6 +105,7 @@ class DirectoryTransport(Transport):
 
     # -- helpers -------------------------------------------------------------------
     def _path(self, name: str) -> Path:
+        """Where *name* is (for messages: every operation walks to it without links)."""
         return self.root.joinpath(*validate_name(name).split("/"))
 
     def _check_root(self) -> None:
@@ -104,9 +115,25 @@ class DirectoryTransport(Transport):
                 f"(mkdir -p {self.root})"
             )
 
-    def _make_parent(self, path: Path) -> None:
+    @contextlib.contextmanager
+    def _parent(self, name: str, *, create: bool) -> Iterator[tuple[int, str]]:
+        """(descriptor of the directory holding *name*, its last part), walked from the
+        root without following a link (see :mod:`.beneath`); *create* makes missing
+        directories. A missing directory on the way raises FileNotFoundError."""
+        parts = validate_name(name).split("/")
         self._check_root()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            dir_fd = open_parent(self.root, parts, self.url, create=create)
+        except FileNotFoundError:
+            if not create:
+                raise
+            # The first write makes the root (another thread may be making it too).
+            self.root.mkdir(parents=True, exist_ok=True)
+            dir_fd = open_parent(self.root, parts, self.url, create=create)
+        try:
+            yield dir_fd, parts[-1]
+        finally:
+            os.close(dir_fd)
 
     def _translate(self, exc: OSError, action: str, name: str) -> RemoteError:
         where = f"{action} {name} on {self.url}"
@@ -129,83 +156,76 @@ class DirectoryTransport(Transport):
         except OSError as exc:
             raise self._translate(exc, action, name) from exc
 
-    def _sync_file(self, path: Path) -> None:
-        if not self.fsync:
-            return
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _sync_dir(self, path: Path) -> None:
+    def _sync_dir(self, dir_fd: int) -> None:
         # Makes the rename itself durable; not every file system allows it.
         if self.fsync:
-            fsync_dir(path)
+            with contextlib.suppress(OSError):
+                os.fsync(dir_fd)
 
-    def _write_temp(self, target: Path, data: bytes | Path) -> Path:
-        """A finished, fsynced temporary copy of *data* beside *target*."""
-        tmp = target.with_name(temp_name(target.name))
+    def _write_temp(self, dir_fd: int, leaf: str, data: bytes | Path) -> str:
+        """The name of a finished, fsynced temporary copy of *data* beside *leaf*."""
+        tmp = temp_name(leaf)
+        fd = os.open(tmp, CREATE_FLAGS, 0o666, dir_fd=dir_fd)
         try:
             if isinstance(data, Path):
-                # copyfile uses sendfile/copy_file_range where the OS has them.
-                shutil.copyfile(data, tmp)
-                self._sync_file(tmp)
-            else:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                src = os.open(data, os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    if self.fsync:
-                        os.fsync(fd)
+                    copy_fd(src, fd, os.fstat(src).st_size)
                 finally:
-                    os.close(fd)
+                    os.close(src)
+            else:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            if self.fsync:
+                os.fsync(fd)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dir_fd)
             raise
+        finally:
+            os.close(fd)
         return tmp
 
-    def _replace_with(self, target: Path, data: bytes | Path) -> None:
-        tmp = self._write_temp(target, data)
+    def _replace_with(self, dir_fd: int, leaf: str, data: bytes | Path) -> None:
+        tmp = self._write_temp(dir_fd, leaf, data)
         try:
-            os.replace(tmp, target)
+            # rename() replaces a link at *leaf* itself; it never writes through one.
+            os.replace(tmp, leaf, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dir_fd)
             raise
-        self._sync_dir(target.parent)
+        self._sync_dir(dir_fd)
 
     # -- the contract ----------------------------------------------------------------
     def put_bytes(self, name: str, data: bytes) -> None:
-        target = self._path(name)
-        with self._os_errors("writing", name):
-            self._make_parent(target)
-            self._replace_with(target, bytes(data))
+        data = bytes(data)
+        with self._os_errors("writing", name), self._parent(name, create=True) as (fd, leaf):
+            check_not_link(fd, leaf, name, self.url)
+            self._replace_with(fd, leaf, data)
 
     def put_file(self, name: str, path: Path) -> None:
-        target = self._path(name)
+        validate_name(name)
         src = local_file(path)
-        with self._os_errors("writing", name):
-            self._make_parent(target)
-            self._replace_with(target, src)
+        with self._os_errors("writing", name), self._parent(name, create=True) as (fd, leaf):
+            check_not_link(fd, leaf, name, self.url)
+            self._replace_with(fd, leaf, src)
 
     def add_if_new(self, name: str, data: bytes | Path, *, link: bool = False) -> bool:
-        target = self._path(name)
+        validate_name(name)
         data = as_bytes_or_path(data)
-        with self._os_errors("adding", name):
-            if os.path.lexists(target):
+        with self._os_errors("adding", name), self._parent(name, create=True) as (fd, leaf):
+            if check_not_link(fd, leaf, name, self.url) is not None:
                 return False  # skip the copy; link() below settles races
-            self._make_parent(target)
             if link and self.hardlinks and isinstance(data, Path):
-                linked = self._link_immutable(data, target)
+                linked = self._link_immutable(data, fd, leaf)
                 if linked is not None:
                     return linked
-            tmp = self._write_temp(target, data)
+            tmp = self._write_temp(fd, leaf, data)
             try:
                 try:
-                    os.link(tmp, target)
+                    os.link(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
                 except FileExistsError:
                     return False
                 except OSError as exc:
@@ -214,62 +234,72 @@ class DirectoryTransport(Transport):
                     # No hard links here: check-then-rename. Two racing writers
                     # may both report True, but both wrote the same immutable
                     # content and readers still never see a partial file.
-                    if os.path.lexists(target):
+                    if check_not_link(fd, leaf, name, self.url) is not None:
                         return False
-                    os.replace(tmp, target)
-                self._sync_dir(target.parent)
+                    os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+                self._sync_dir(fd)
                 return True
             finally:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                    os.unlink(tmp, dir_fd=fd)
 
-    def _link_immutable(self, src: Path, target: Path) -> bool | None:
-        """Hard-link *src*, a file that never changes, as *target*.
+    def _link_immutable(self, src: Path, dir_fd: int, leaf: str) -> bool | None:
+        """Hard-link *src*, a file that never changes, as *leaf* of *dir_fd*.
 
-        True if linked, False if *target* exists already, None where this file
+        True if linked, False if *leaf* exists already, None where this file
         system cannot link *src* there (another device, no hard links, not the
         owner under ``fs.protected_hardlinks``): the caller copies instead. The
         file's bytes are as durable as the store made them; the new name is
         made durable with its directory.
         """
         try:
-            os.link(src, target)
+            os.link(src, leaf, dst_dir_fd=dir_fd)
         except FileExistsError:
             return False
         except OSError as exc:
             if exc.errno == errno.EXDEV or exc.errno in _NO_LINK_ERRNOS:
                 return None
             raise
-        self._sync_dir(target.parent)
+        self._sync_dir(dir_fd)
         return True
 
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[int]:
+        """A descriptor of the regular file *name*, opened without following a link.
+
+        Raises:
+            NotFoundOnRemote: *name* (or a directory above it) is missing, or is a directory.
+            UnsafeRemotePath: a link (or a special file) on the way or at *name*.
+        """
+        try:
+            with self._parent(name, create=False) as (dir_fd, leaf):
+                fd = open_file(dir_fd, leaf, name, self.url)
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFoundOnRemote(name, self.url) from None
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
     def get_bytes(self, name: str) -> bytes:
-        path = self._path(name)
-        with self._os_errors("reading", name):
-            self._check_root()
-            try:
-                with open(path, "rb") as f:
-                    return f.read()
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                raise NotFoundOnRemote(name, self.url) from None
+        validate_name(name)
+        with self._os_errors("reading", name), self._reading(name) as fd:
+            return _read_all(fd)
 
     def get_file(self, name: str, dest: Path) -> None:
-        src = self._path(name)
+        validate_name(name)
         dest = Path(dest)
-        with self._os_errors("downloading", name):
-            self._check_root()
-            if not src.is_file():
-                raise NotFoundOnRemote(name, self.url)
+        with self._os_errors("downloading", name), self._reading(name) as src:
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(temp_name(dest.name))
             try:
+                fd = os.open(tmp, CREATE_FLAGS, 0o666)
                 try:
-                    shutil.copyfile(src, tmp)
-                except (FileNotFoundError, IsADirectoryError) as exc:
-                    if not src.is_file():  # deleted since the check above
-                        raise NotFoundOnRemote(name, self.url) from exc
-                    raise
-                self._sync_file(tmp)
+                    copy_fd(src, fd, os.fstat(src).st_size)
+                    if self.fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, dest)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -277,14 +307,14 @@ class DirectoryTransport(Transport):
                 raise
 
     def stat(self, name: str) -> int | None:
-        path = self._path(name)
+        validate_name(name)
         with self._os_errors("inspecting", name):
-            self._check_root()
             try:
-                st = path.stat()
+                with self._parent(name, create=False) as (dir_fd, leaf):
+                    st = check_not_link(dir_fd, leaf, name, self.url)
             except (FileNotFoundError, NotADirectoryError):
                 return None
-            return st.st_size if path.is_file() else None
+            return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
 
     def list(self, prefix: str = "") -> Iterator[str]:
         validate_prefix(prefix)
@@ -294,58 +324,117 @@ class DirectoryTransport(Transport):
         start = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         return self._walk(start, prefix)
 
+    def _open_dir(self, rel: str) -> int:
+        """A descriptor of directory *rel* ("" for the root), walked without links."""
+        fd = open_root(self.root)
+        done = ""
+        for part in rel.split("/") if rel else ():
+            done = f"{done}/{part}" if done else part
+            try:
+                child = open_subdir(fd, part, done, self.url, create=False)
+            finally:
+                os.close(fd)
+            fd = child
+        return fd
+
     def _walk(self, start: str, prefix: str) -> Iterator[str]:
+        """Names under *start* that begin with *prefix*.
+
+        Symbolic links are never followed: one is listed as a name, so that
+        reading it raises :class:`UnsafeRemotePath` naming it (a pull reports
+        it) rather than being silently skipped. The walk's start must not be
+        a link (also :class:`UnsafeRemotePath`).
+        """
         stack = [start]
         while stack:
             rel_dir = stack.pop()
-            directory = self.root.joinpath(*rel_dir.split("/")) if rel_dir else self.root
             try:
-                with os.scandir(directory) as entries:
-                    found = list(entries)
+                fd = self._open_dir(rel_dir)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # absent, or removed while we walked
+            except RemoteError:
+                raise
             except OSError as exc:
                 raise self._translate(exc, "listing", rel_dir or "/") from exc
-            for entry in found:
-                if _is_reserved(entry.name) or "\\" in entry.name:
+            try:
+                with os.scandir(fd) as it:
+                    found = [
+                        (e.name, e.is_dir(follow_symlinks=False), e.is_symlink(), e.is_file())
+                        for e in it
+                    ]
+            except OSError as exc:
+                raise self._translate(exc, "listing", rel_dir or "/") from exc
+            finally:
+                os.close(fd)
+            for entry_name, is_dir, is_link, is_file in found:
+                if _is_reserved(entry_name) or "\\" in entry_name:
                     continue
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                if entry.is_dir(follow_symlinks=False):
+                rel = f"{rel_dir}/{entry_name}" if rel_dir else entry_name
+                if is_dir:
                     # Descend only where names can still match the prefix.
                     if prefix.startswith(rel + "/") or rel.startswith(prefix):
                         stack.append(rel)
-                elif rel.startswith(prefix) and entry.is_file():
+                elif (is_link or is_file) and rel.startswith(prefix):
                     yield rel
 
     def delete(self, name: str) -> None:
-        path = self._path(name)
+        validate_name(name)
         with self._os_errors("deleting", name):
-            self._check_root()
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                os.unlink(path)
+            try:
+                with self._parent(name, create=False) as (dir_fd, leaf):
+                    # unlink() removes a link itself, never what it points to.
+                    self._unlink_file(dir_fd, leaf)
+            except (FileNotFoundError, NotADirectoryError):
+                return
+
+    @staticmethod
+    def _unlink_file(dir_fd: int, leaf: str) -> None:
+        st = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            return  # a directory is not a name
+        os.unlink(leaf, dir_fd=dir_fd)
 
     def set_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
-        path = self._path(name)
+        validate_name(name)
         new = bytes(new)
-        with self._os_errors("updating", name):
-            self._make_parent(path)
-            lock = LockFile(path, timeout=self.lock_timeout, stale_after=self.lock_stale_after)
+        with self._os_errors("updating", name), self._parent(name, create=True) as (fd, leaf):
+            check_not_link(fd, leaf, name, self.url)
+            # The lock protocol takes paths: one through the descriptor, so that a link
+            # swapped in above the ref cannot move the lock (or the ref) elsewhere.
+            through_fd = proc_path(fd, leaf)
+            lock_path = Path(through_fd) if through_fd else self._path(name)
+            lock = LockFile(lock_path, timeout=self.lock_timeout, stale_after=self.lock_stale_after)
             try:
                 lock.acquire()
             except LockTimeout as exc:
-                raise RemoteError(f"cannot update {name} on {self.url}: {exc}") from exc
+                raise RemoteError(
+                    f"cannot update {name} on {self.url}: timed out waiting for its lock "
+                    f"({self._path(name)}.lock) held by {exc.holder}; if that process is gone, "
+                    "remove the lock file"
+                ) from exc
             try:
                 # Read while holding the lock: only writers holding it change the file.
                 try:
-                    with open(path, "rb") as f:
-                        current: bytes | None = f.read()
+                    rfd = open_file(fd, leaf, name, self.url)
                 except FileNotFoundError:
-                    current = None
+                    current: bytes | None = None
+                else:
+                    try:
+                        current = _read_all(rfd)
+                    finally:
+                        os.close(rfd)
                 if current != old:
                     return False
                 # A temporary file of our own, not LockFile.commit(): the lock file
                 # keeps holding only its holder's record, which waiters parse.
-                self._replace_with(path, new)
+                self._replace_with(fd, leaf, new)
                 return True
             finally:
                 lock.release()
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, _READ_CHUNK):
+        chunks.append(chunk)
+    return b"".join(chunks)

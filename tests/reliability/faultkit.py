@@ -276,7 +276,7 @@ def read_only_view(directory: Path) -> Iterator[Path | None]:
             return
         yield view
     finally:
-        _run_quietly("umount", str(view))
+        _unmount(view)
 
 
 @contextlib.contextmanager
@@ -289,7 +289,14 @@ def small_file_system(directory: Path, size: str = "2m") -> Iterator[bool]:
     try:
         yield True
     finally:
-        _run_quietly("umount", str(directory))
+        _unmount(directory)
+
+
+def _unmount(directory: Path) -> None:
+    # A store of the test may still map a pack or hold a file open there:
+    # detach the mount lazily then, so that no mount outlives the test.
+    if not _run_quietly("umount", str(directory)):
+        _run_quietly("umount", "--lazy", str(directory))
 
 
 def _writable(directory: Path) -> bool:
