@@ -84,11 +84,11 @@ def log(
     """List evaluations, newest first (only FUNCTION's when given).
 
     One line per evaluation: short id, function, arguments, status, age and
-    duration. With --metrics, --csv or --md, a table with a column per
-    hyper-parameter and per chosen metric.
+    duration. Evaluations still in progress are listed with status
+    ``running`` (and their run id); one whose process died is recorded as
+    ``interrupted`` first. With --metrics, --csv or --md, a table with a column
+    per hyper-parameter and per chosen metric.
     """
-    from memostore.inspection import log_records
-
     if as_json and table_format:
         raise click.UsageError("--json cannot be combined with --csv or --md")
     if graph and (as_json or table_format):
@@ -96,14 +96,14 @@ def log(
             "--graph draws text; it cannot be combined with --json, --csv or --md"
         )
     out = Output()
-    records, problems = log_records(state.store, function)
+    records, problems, running = _records(state, function)
     for evaluation_id, reason in sorted(problems.items()):
         warn(f"evaluation {evaluation_id[:12]} named by a ref cannot be read ({reason})")
     tags = [t.strip() for t in (metric_tags or "").split(",") if t.strip()]
     sort_key = _parse_sort(sort_by, records) if sort_by else None
     if sort_key and sort_key[0] == "metric" and sort_key[1] not in tags:
         tags.append(sort_key[1])
-    metrics = _MetricCache(state)
+    metrics = _MetricCache(state, running)
     if sort_key:
         records = _sorted(records, sort_key, sort_order or "asc", metrics)
     if max_count is None and out.rich and not (as_json or table_format):
@@ -125,14 +125,39 @@ def log(
         out.line(f"… {total - len(records)} older; use -n 0 to see all", style="dim")
 
 
+def _records(
+    state: State, function: str | None
+) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, Any]]:
+    """(records newest first, problems, running evaluations by run id)."""
+    from memostore.errors import RevisionNotFound
+    from memostore.inspection import log_records
+    from memostore.metrics.running import running_evaluations, running_of
+
+    # First: it records the evaluations of dead processes, which the refs then list.
+    running = running_of(function, running_evaluations(state.store))
+    try:
+        records, problems = log_records(state.store, function)
+    except RevisionNotFound:
+        if not running:
+            raise
+        records, problems = [], {}
+    if running:
+        live = [r.record() for r in running]
+        records = sorted(live + records, key=lambda r: -(r.get("started") or 0.0))
+    return records, problems, {r.run_id: r for r in running}
+
+
 class _MetricCache:
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, running: dict[str, Any] | None = None) -> None:
         self.state = state
+        self.running = running or {}
         self._by_logs: dict[str, dict[str, Any]] = {}
 
     def summary(self, record: dict[str, Any]) -> dict[str, Any]:
         from memostore.inspection import metrics_of
 
+        if record.get("status") == "running":
+            return self._running_summary(record)
         logs = record.get("logs")
         if not logs:
             return {}
@@ -142,6 +167,21 @@ class _MetricCache:
                 warn(f"metrics of {record['id'][:12]} cannot be read ({error})")
             self._by_logs[logs] = summary
         return self._by_logs[logs]
+
+    def _running_summary(self, record: dict[str, Any]) -> dict[str, Any]:
+        key = "running:" + str(record.get("run_id"))
+        if key not in self._by_logs:
+            run = self.running.get(record.get("run_id"))
+            summary: dict[str, Any] = {}
+            if run is not None:
+                try:
+                    with run.logs() as logs:
+                        logs.poll()
+                        summary = logs.summary()
+                except OSError:
+                    summary = {}  # it ended meanwhile: its record is listed next time
+            self._by_logs[key] = summary
+        return self._by_logs[key]
 
     def selected(self, record: dict[str, Any], tags: Sequence[str]) -> dict[str, Any]:
         summary = self.summary(record)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -62,6 +64,19 @@ def _short(function: str) -> str:
 )
 @click.option("--width", type=click.IntRange(20), default=None, help="Columns (default: terminal).")
 @click.option("--height", type=click.IntRange(3), default=20, show_default=True, help="Rows.")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Redraw as new points arrive, until every running evaluation has ended (Ctrl-C stops).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.05),
+    default=0.5,
+    show_default=True,
+    help="With --follow: seconds between reads of the running evaluations.",
+)
 @pass_state
 def plot(
     state: State,
@@ -71,25 +86,58 @@ def plot(
     x_mode: str,
     width: int | None,
     height: int,
+    follow: bool,
+    interval: float,
 ) -> None:
     """Plot metric curves of one or more evaluations in the terminal.
 
     REV is an evaluation id, a unique prefix, or a function name (its newest
-    evaluation), optionally NAME~N. Every (REV, TAG) pair is one curve.
+    evaluation), optionally NAME~N; an evaluation still running is plotted
+    with the points logged so far. Every (REV, TAG) pair is one curve. With
+    --follow the plot is redrawn whenever points arrive, reading only the new
+    ones.
     """
+    from memostore.metrics.follow import open_source
+    from memostore.metrics.running import running_evaluations
+
+    running = running_evaluations(state.store)
+    sources = [(rev, open_source(state.store, rev, running)) for rev in revs]
+    columns = width or shutil.get_terminal_size((100, 24)).columns
+    tty = sys.stdout.isatty()
+    color = tty and "NO_COLOR" not in os.environ
+
+    def frame() -> str:
+        return _render(sources, tags, smooth, x_mode, columns, height, color, follow)
+
+    if not follow:
+        click.echo(frame())
+        return
+    _follow(sources, frame, interval, tty)
+
+
+def _render(
+    sources: list[tuple[str, Any]],
+    tags: tuple[str, ...],
+    smooth: float,
+    x_mode: str,
+    width: int,
+    height: int,
+    color: bool,
+    follow: bool,
+) -> str:
     import numpy as np
 
     from memostore.metrics.plot import Curve, ema_smooth, render
-    from memostore.metrics.read import load_series
 
     curves = []
-    for rev in revs:
-        evaluation_id, function, logs_id = _logs_of(state, rev)
+    for rev, source in sources:
         for tag in tags:
             try:
-                steps, values, walls = load_series(state.store, logs_id, tag)
+                steps, values, walls = source.series(tag)
             except KeyError as exc:
-                raise MemostoreError(f"{rev}: {exc.args[0]}") from None
+                if not (follow and source.live):
+                    raise MemostoreError(f"{rev}: {exc.args[0]}") from None
+                steps, values, walls = (np.empty(0), np.empty(0), np.empty(0))
             except ValueError as exc:
                 raise MemostoreError(f"{rev}: {exc}") from None
             if x_mode == "step":
@@ -99,16 +147,47 @@ def plot(
             else:
                 x = walls - walls[0] if len(walls) else walls
             y = ema_smooth(values, smooth) if smooth else values
-            label = f"{_short(function)} {evaluation_id[:8]}"
+            label = f"{_short(source.function)} {source.name[:8]}"
             if len(tags) > 1:
                 label += f" {tag}"
-            curves.append(Curve(f"{label}  ({len(values)} points)", x, y))
+            state = ", running" if source.live else ""
+            curves.append(Curve(f"{label}  ({len(values)} points{state})", x, y))
     title = ", ".join(tags) + (f"  (smoothed {smooth:g})" if smooth else "")
-    columns = width or shutil.get_terminal_size((100, 24)).columns
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    click.echo(
-        render(curves, width=columns, height=height, x_mode=x_mode, color=color, title=title)
-    )
+    return render(curves, width=width, height=height, x_mode=x_mode, color=color, title=title)
+
+
+def _follow(sources: list[tuple[str, Any]], frame: Any, interval: float, tty: bool) -> None:
+    """Redraw every *interval* seconds that brought points, until nothing runs or Ctrl-C."""
+    shown = 0
+
+    def emit(text: str) -> None:
+        nonlocal shown
+        if tty and shown:
+            # Back to the first line of the previous frame, and clear from there.
+            click.echo(f"\x1b[{shown}F\x1b[J", nl=False)
+        elif shown:
+            click.echo()  # piped: frames one after another, a blank line apart
+        click.echo(text)
+        shown = text.count("\n") + 1
+
+    try:
+        emit(frame())
+        while any(source.live for _, source in sources):
+            time.sleep(interval)
+            changed = False
+            for _, source in sources:
+                was_live = source.live
+                changed |= source.update()
+                changed |= was_live and not source.live
+            if changed:
+                emit(frame())
+    except KeyboardInterrupt:
+        click.echo()  # stopped by the user: the last frame stays, the prompt goes below it
+    for rev, source in sources:
+        if source.outcome is not None:
+            click.echo(
+                f"{rev}: {_short(source.function)} {source.name[:8]} ended: {source.outcome}"
+            )
 
 
 @click.group("export")

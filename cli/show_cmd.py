@@ -23,21 +23,47 @@ def show(state: State, rev: str, as_json: bool) -> None:
     """Show one evaluation: code and dependencies, arguments, result, metrics, provenance.
 
     REV is an evaluation id, a unique prefix of at least 4 hex digits, a
-    function name (its newest evaluation) or NAME~N (the N-th older one).
+    function name (its newest evaluation) or NAME~N (the N-th older one). An
+    evaluation still running is named by its run id (see `memostore log`) or
+    by its function; it shows the metrics logged so far.
     """
     from memostore.inspection import show_record
+    from memostore.metrics.running import RunningEvaluation, resolve_running
 
-    evaluation_id = state.resolve(rev)
+    target = resolve_running(state.store, rev)
+    out = Output()
+    if isinstance(target, RunningEvaluation):
+        record, live = _running_record(target)
+        if as_json:
+            out.json(record)
+            return
+        print_record(out, record, state, live)
+        return
+    evaluation_id = target or state.resolve(rev)
     # Codec packages are not loaded: summaries must not import torch (see summaries.py).
     record = show_record(state.store, evaluation_id, load_codecs=False)
-    out = Output()
     if as_json:
         out.json(record)
         return
     print_record(out, record, state)
 
 
-def print_record(out: Output, record: dict[str, Any], state: State) -> None:
+def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
+    """The show record of a running evaluation and its metrics reader (None if it ended)."""
+    from memostore.metrics.live import show_record
+
+    try:
+        logs = run.logs()
+    except FileNotFoundError:
+        logs = None  # it ended a moment ago: shown without metrics
+    if logs is not None:
+        logs.poll()
+        logs.close()
+    return show_record(run, logs), logs
+
+
+def print_record(out: Output, record: dict[str, Any], state: State, live: Any = None) -> None:
+    """Print a show record; *live* is the metrics reader of a running evaluation."""
     from memostore.summaries import describe
 
     status = str(record.get("status"))
@@ -54,7 +80,15 @@ def print_record(out: Output, record: dict[str, Any], state: State) -> None:
     if record.get("refs"):
         rows.append(("refs", ", ".join(record["refs"])))
     out.pairs(rows)
-    if status != "ok":
+    if status == "running":
+        process = record.get("provenance") or {}
+        out.line()
+        out.line(
+            f"running: process {process.get('pid')} on {process.get('host')}, "
+            f"last seen {duration(record.get('seen_s_ago'))} ago; run id {record.get('run_id')}",
+            style=STATUS_STYLE.get(status, "cyan"),
+        )
+    elif status != "ok":
         error = record.get("error") or {}
         out.line()
         out.line(
@@ -98,7 +132,7 @@ def print_record(out: Output, record: dict[str, Any], state: State) -> None:
 
     out.line()
     out.heading("metrics")
-    _print_metrics(out, record, state)
+    _print_metrics(out, record, state, live)
 
     out.line()
     out.heading("provenance")
@@ -186,21 +220,24 @@ def provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _print_metrics(out: Output, record: dict[str, Any], state: State) -> None:
+def _print_metrics(out: Output, record: dict[str, Any], state: State, live: Any = None) -> None:
     metrics = record.get("metrics") or {}
     if record.get("metrics_error"):
         out.line(f"  cannot read the metrics: {record['metrics_error']}", style="red")
     if not metrics:
         out.line("  (none)")
         return
-    columns = ["tag", "count", "first", "last", "min", "max"]
+    columns = ["tag", "kind", "count", "first", "last", "min", "max"]
     rows = []
     for tag, stats in metrics.items():
-        row = [tag] + [number(stats.get(c)) for c in columns[1:]]
-        row.append(_sparkline(state, record.get("logs"), tag))
+        row = [tag, str(stats.get("kind") or "")] + [number(stats.get(c)) for c in columns[2:]]
+        row.append(
+            _live_sparkline(live, tag) if live else _sparkline(state, record.get("logs"), tag)
+        )
         rows.append(row)
     columns.append("trend")
-    out.table(columns, rows, styles=["bold", None, None, None, None, None, "cyan"], indent="  ")
+    styles = ["bold", None, None, None, None, None, None, "cyan"]
+    out.table(columns, rows, styles=styles, indent="  ")
 
 
 def _sparkline(state: State, logs_id: str | None, tag: str) -> str:
@@ -210,5 +247,14 @@ def _sparkline(state: State, logs_id: str | None, tag: str) -> str:
         from memostore.metrics.read import tag_sparkline
 
         return tag_sparkline(state.store, logs_id, tag)
+    except Exception:  # a sparkline is decoration: never fail show for it
+        return ""
+
+
+def _live_sparkline(live: Any, tag: str) -> str:
+    try:
+        from memostore.metrics.read import sparkline
+
+        return sparkline(live.series(tag)[1])
     except Exception:  # a sparkline is decoration: never fail show for it
         return ""

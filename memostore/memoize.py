@@ -354,6 +354,7 @@ class MemoizedFunction:
             function=self.symbol,
             key=call.key,
             hparams=scalar_hparams(dict(call.arguments)),
+            about=context.call_about(call),
         )
         storable = True
         try:

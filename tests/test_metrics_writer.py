@@ -67,7 +67,8 @@ def test_training_script_runs_unchanged_after_import_swap(store_dir: Path, tmp_p
     assert (image["height"], image["width"], image["channels"]) == (16, 12, 3)
     assert store.objects.get_bytes(image["blob"]).startswith(b"\x89PNG")
     (grid,) = load_events(store, evaluation.logs_id, "batch")
-    assert (grid["height"], grid["width"], grid["channels"]) == (4, 20, 1)
+    # Grey images are tiled into one RGB image, as torch's writer makes them.
+    assert (grid["height"], grid["width"], grid["channels"]) == (4, 20, 3)
     (hist,) = load_events(store, evaluation.logs_id, "weights")
     assert hist["num"] == 500 and sum(hist["counts"]) == 500
 
@@ -94,7 +95,8 @@ def test_writer_attaches_to_the_innermost_memoised_call(store_dir: Path) -> None
     inner_summary = _summary(store, inner.lookup(3, None))
     assert set(outer_summary) == {"outer"} and outer_summary["outer"]["count"] == 2
     assert set(inner_summary) == {"inner"} and inner_summary["inner"]["count"] == 3
-    assert not Path("ignored").exists()
+    # The writer's directory exists, as torch's writer makes it; no event file is in it.
+    assert Path("ignored/dir").is_dir() and not any(Path("ignored/dir").iterdir())
     assert writer.get_logdir() == "ignored/dir"
 
 
@@ -119,19 +121,13 @@ def test_tensorboard_semantics_of_steps_and_tags(store_dir: Path) -> None:
     assert h["counts"] == [0.0, 1.0, 2.0] and h["step"] == 1
 
 
-def test_no_method_raises_and_unsupported_ones_warn_once(store_dir: Path) -> None:
+def test_methods_torch_lacks_warn_once_and_nan_points_are_kept(store_dir: Path) -> None:
     @memo
     def run(k: int):
         w = SummaryWriter()
         w.add_scalar("ok", 1.0, 0)
-        w.add_scalar("bad", "not a number", 1)
-        w.add_scalar("bad", np.ones(3), 2)
-        w.add_histogram("empty", [], 0)
-        w.add_image("img", np.zeros((2, 2)), 0)  # wrong dataformats for CHW
-        w.add_graph(object())
-        w.add_graph(object())
-        w.add_embedding(np.zeros((2, 2)))
         w.add_something_new(1, 2)
+        w.add_something_new(3, 4)
         w.add_scalar("ok", math.nan, 1)
         return k
 
@@ -139,14 +135,11 @@ def test_no_method_raises_and_unsupported_ones_warn_once(store_dir: Path) -> Non
         warnings.simplefilter("always")
         run(1)
     messages = [str(c.message) for c in caught if issubclass(c.category, MemostoreWarning)]
-    assert sum("add_graph is not supported" in m for m in messages) == 1
-    assert any("add_embedding" in m for m in messages)
-    assert any("add_something_new" in m for m in messages)
-    assert any("add_scalar dropped a point" in m for m in messages)
-    assert any("add_histogram dropped" in m for m in messages)
+    assert sum("add_something_new" in m for m in messages) == 1
     summary = _summary(Store.default(), run.lookup(1))
     assert summary["ok"]["count"] == 2 and summary["ok"]["nan_count"] == 1
-    assert "bad" not in summary
+    with pytest.raises(AttributeError):
+        SummaryWriter().not_a_writer_method  # noqa: B018 - only add_* names are forgiven
 
 
 def test_native_log_counts_its_own_steps(store_dir: Path) -> None:
@@ -187,19 +180,28 @@ def test_failed_call_keeps_its_logs(store_dir: Path) -> None:
     assert not list((store.root / "journal").glob("*.journal"))
 
 
-def test_logging_outside_memo_records_a_standalone_run(store_dir: Path) -> None:
+def test_logging_outside_memo_records_standalone_runs(store_dir: Path) -> None:
+    # A writer outside memoised calls is a run evaluation of its own, as each
+    # TensorBoard writer is its own run; memostore.log's points go to the script's run.
     w = SummaryWriter()
     w.add_scalar("x", 3.0, 0)
     metrics.log({"y": 4.0})
-    evaluation_id = context.finish_run()
-    assert evaluation_id is not None
+    w.close()
+    script_run = context.finish_run()
+    assert script_run is not None
     store = Store.default()
-    evaluation = Evaluation.load(store, evaluation_id)
-    assert evaluation.function.startswith("run:")
-    assert set(_summary(store, evaluation)) == {"x", "y"}
-    # A new run starts for later points, and a run that logs nothing is not recorded.
+    runs = {
+        frozenset(_summary(store, Evaluation.load(store, e))): Evaluation.load(store, e)
+        for name, e in store.iter_evaluation_refs()
+        if name.startswith("runs/")
+    }
+    assert set(runs) == {frozenset({"x"}), frozenset({"y"})}
+    assert all(e.function.startswith("run:") for e in runs.values())
+    assert runs[frozenset({"y"})].id == script_run
+    # A closed writer used again starts a new run; a run that logs nothing is not recorded.
     w.add_scalar("x", 5.0, 1)
-    assert context.finish_run() not in (None, evaluation_id)
+    w.close()
+    assert len([n for n, _ in store.iter_evaluation_refs() if n.startswith("runs/")]) == 3
     assert context.finish_run() is None
 
 

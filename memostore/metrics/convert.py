@@ -1,9 +1,11 @@
 """Turning what users log (tensors, arrays, figures) into storable points.
 
-Images follow ``torch.utils.tensorboard``: floating-point pixels are in
-[0, 1] and scaled by 255, ``uint8`` pixels are taken as they are, and
-``dataformats`` names the axes. PNG files are encoded here (zlib and struct),
-deterministically, so equal images give equal blobs.
+Images and histograms are computed as ``torch.utils.tensorboard`` computes
+them: floating-point pixels are in [0, 1] and scaled by 255, ``uint8``
+pixels are taken as they are, ``dataformats`` names the axes, grey images
+become RGB and batches are tiled; histogram buckets are its buckets. PNG
+files are encoded here (zlib and struct), deterministically, so equal images
+give equal blobs.
 """
 
 from __future__ import annotations
@@ -79,74 +81,143 @@ def png_size(data: bytes) -> tuple[int, int, int]:
     return height, width, channels
 
 
-def _to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
+def _grid(nchw: np.ndarray, cols: int = 8) -> np.ndarray:
+    # torch's make_grid: grey becomes RGB, only RGB is tiled, at most *cols* per row.
+    if nchw.shape[1] == 1:
+        nchw = np.concatenate([nchw, nchw, nchw], 1)
+    if nchw.ndim != 4 or nchw.shape[1] != 3:
+        raise AssertionError("Input should be a 4D numpy array with 3 channels")
+    count, _, height, width = nchw.shape
+    cols = min(count, cols)
+    rows = math.ceil(count / cols)
+    canvas = np.zeros((3, height * rows, width * cols), dtype=nchw.dtype)
+    for i in range(count):
+        r, c = divmod(i, cols)
+        canvas[:, r * height : (r + 1) * height, c * width : (c + 1) * width] = nchw[i]
+    return canvas
+
+
+def to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
+    """*array* as ``(H, W, C)`` following torch's ``convert_to_HWC``.
+
+    Four axes (``NCHW`` in any order) are tiled 8 per row into one RGB image;
+    three (``CHW`` in any order) are transposed, one channel made RGB; two
+    (``HW``/``WH``) become RGB.
+
+    Raises:
+        AssertionError: a repeated axis letter, or the shape and format differ in length.
+    """
+    if len(set(dataformats)) != len(dataformats):
+        raise AssertionError(
+            f"You can not use the same dimension shorthand twice. input_format: {dataformats}"
+        )
+    if array.ndim != len(dataformats):
+        raise AssertionError(
+            f"size of input tensor and input format are different. "
+            f"tensor shape: {array.shape}, input_format: {dataformats}"
+        )
     fmt = dataformats.upper()
-    if array.ndim != len(fmt):
-        raise ValueError(f"image of shape {array.shape} does not match dataformats {dataformats!r}")
-    if fmt in ("HW", "WH"):
-        array = array if fmt == "HW" else array.T
-        return array[:, :, None]
-    if sorted(fmt) != sorted("CHW"):
-        raise ValueError(f"unsupported dataformats {dataformats!r}")
-    return np.transpose(array, [fmt.index("H"), fmt.index("W"), fmt.index("C")])
+    if len(fmt) == 4:
+        nchw = array.transpose([fmt.find(c) for c in "NCHW"])
+        return _grid(nchw).transpose(1, 2, 0)
+    if len(fmt) == 3:
+        hwc = array.transpose([fmt.find(c) for c in "HWC"])
+        if hwc.shape[2] == 1:
+            hwc = np.concatenate([hwc, hwc, hwc], 2)
+        return hwc
+    if len(fmt) == 2:
+        hw = array.transpose([fmt.find(c) for c in "HW"])
+        return np.stack([hw, hw, hw], 2)
+    raise ValueError(f"unsupported dataformats {dataformats!r}")
 
 
-def _to_uint8(array: np.ndarray) -> np.ndarray:
+def to_uint8(array: np.ndarray) -> np.ndarray:
+    """Pixels as uint8: uint8 kept, anything else taken as [0, 1], scaled by 255 and truncated."""
     if array.dtype == np.uint8:
         return array
-    scaled = np.nan_to_num(array.astype(np.float32) * 255.0, nan=0.0)
-    return np.clip(scaled, 0, 255).astype(np.uint8)
+    # float32 first, as torch's writer computes; NaN (undefined in a uint8 cast) is black.
+    scaled = np.nan_to_num(array.astype(np.float32) * 255, nan=0.0)
+    return scaled.clip(0, 255).astype(np.uint8)
 
 
 def image_pixels(img: Any, dataformats: str = "CHW") -> np.ndarray:
-    """One image as an ``(H, W, C)`` uint8 array (C in 1..4)."""
-    hwc = _to_uint8(_to_hwc(to_numpy(img), dataformats))
+    """One image as ``(H, W, C)`` uint8 (C in 2..4), as torch's writer makes it.
+
+    A grey image becomes RGB and a batch (a format with ``N``) is tiled, as
+    in torch's writer; two channels stay grey and alpha, four RGBA.
+    """
+    hwc = to_uint8(to_hwc(to_numpy(img), dataformats))
     channels = hwc.shape[2]
-    if channels > 4:
-        raise ValueError(f"an image has 1 to 4 channels, this one has {channels}")
+    if channels not in _PNG_COLOR_TYPES:
+        raise TypeError(f"Cannot handle this data type: {(1, 1, channels)}, |u1")
     return hwc
 
 
 def grid_pixels(imgs: Any, dataformats: str = "NCHW") -> np.ndarray:
-    """A batch of images tiled into one (up to 8 per row), as torch's writer does."""
-    array = to_numpy(imgs)
-    fmt = dataformats.upper()
-    if array.ndim != len(fmt) or "N" not in fmt:
-        raise ValueError(f"images of shape {array.shape} do not match dataformats {dataformats!r}")
-    batch = np.moveaxis(array, fmt.index("N"), 0)
-    rest = fmt.replace("N", "")
-    tiles = [image_pixels(batch[i], rest) for i in range(batch.shape[0])]
-    if not tiles:
-        raise ValueError("no images to log")
-    channels = max(t.shape[2] for t in tiles)
-    tiles = [t if t.shape[2] == channels else np.repeat(t[:, :, :1], channels, 2) for t in tiles]
-    h, w = tiles[0].shape[:2]
-    cols = min(len(tiles), 8)
-    rows = math.ceil(len(tiles) / cols)
-    canvas = np.zeros((rows * h, cols * w, channels), np.uint8)
-    for i, tile in enumerate(tiles):
-        r, c = divmod(i, cols)
-        canvas[r * h : r * h + tile.shape[0], c * w : c * w + tile.shape[1]] = tile[:h, :w]
-    return canvas
+    """A batch of images tiled into one (up to 8 per row), as torch's ``add_images``."""
+    return image_pixels(imgs, dataformats)
+
+
+def boxed_pixels(
+    img: Any, boxes: Any, rescale: float = 1, dataformats: str = "CHW", labels: Any = None
+) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """An image with boxes drawn on it, as torch's ``add_image_with_boxes`` draws them.
+
+    Returns the pixels (resized by *rescale*, Lanczos) and the ``(height,
+    width, channels)`` torch's writer records, which are those before
+    resizing. Each box ``[x1, y1, x2, y2]`` is a red outline 2 pixels wide;
+    its label, if any, is written in black on red above its bottom-left
+    corner, in Pillow's default font. Needs Pillow.
+    """
+    from PIL import Image, ImageDraw, ImageFont
+
+    from .media_encode import make_array
+
+    hwc = to_hwc(make_array(img), dataformats)
+    boxes = make_array(boxes)
+    pixels = to_uint8(hwc)
+    height, width, channels = pixels.shape
+    image = Image.fromarray(pixels)
+    font = ImageFont.load_default()
+    draw = ImageDraw.Draw(image)
+    for i in range(boxes.shape[0]):
+        left, top, right, bottom = boxes[i, 0], boxes[i, 1], boxes[i, 2], boxes[i, 3]
+        outline = [(left, top), (left, bottom), (right, bottom), (right, top), (left, top)]
+        draw.line(outline, width=2, fill="Red")
+        label = None if labels is None else labels[i]
+        if label:
+            x0, y0, x1, y1 = font.getbbox(label)
+            text_w, text_h = x1 - x0, y1 - y0
+            margin = np.ceil(0.05 * text_h)
+            backdrop = [(left, bottom - text_h - 2 * margin), (left + text_w, bottom)]
+            draw.rectangle(backdrop, fill="Red")
+            draw.text((left + margin, bottom - text_h - margin), label, fill="black", font=font)
+    size = (int(width * rescale), int(height * rescale))
+    image = image.resize(size, Image.Resampling.LANCZOS)
+    return np.asarray(image).reshape(size[1], size[0], -1), (height, width, channels)
 
 
 def figure_png(figure: Any, close: bool = True) -> bytes:
-    """PNG bytes of a matplotlib figure (or a grid of a list of figures)."""
-    figures = figure if isinstance(figure, (list, tuple)) else [figure]
+    """PNG bytes of a matplotlib figure (or a grid of a list of them), RGB as torch's writer.
+
+    Each figure is drawn on a new Agg canvas, its alpha dropped; a list is tiled 8 per row.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figures = figure if isinstance(figure, list) else [figure]
     tiles = []
     for fig in figures:
-        fig.canvas.draw()
-        tiles.append(np.asarray(fig.canvas.buffer_rgba())[:, :, :4].copy())
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        rgb = np.asarray(canvas.buffer_rgba())[:, :, :3]
+        tiles.append(np.moveaxis(rgb, 2, 0))
         if close:
-            try:
-                import matplotlib.pyplot as plt
+            import matplotlib.pyplot as plt
 
-                plt.close(fig)
-            except Exception:
-                pass
-    if len(tiles) == 1:
-        return encode_png(tiles[0])
-    return encode_png(grid_pixels(np.stack(tiles), "NHWC"))
+            plt.close(fig)
+    if isinstance(figure, list):
+        return encode_png(image_pixels(np.stack(tiles), "NCHW"))
+    return encode_png(image_pixels(tiles[0], "CHW"))
 
 
 # -- histograms -----------------------------------------------------------------------------
@@ -165,42 +236,41 @@ _TF_EDGES = _tensorflow_edges()
 
 
 def histogram(values: Any, bins: Any = "tensorflow", max_bins: int | None = None) -> dict[str, Any]:
-    """Statistics and non-empty bucket counts of *values*, like TensorBoard's.
+    """Statistics and bucket counts of *values*, computed as torch's writer computes them.
 
-    ``limits[i]`` is the right edge of bucket ``i``; the first bucket is empty
-    and only marks where the second begins. Non-finite values count in the
-    statistics but fall in no bucket.
+    ``bins`` is ``"tensorflow"`` (TensorBoard's default edges) or anything
+    ``numpy.histogram`` takes. With ``max_bins``, runs of ``len // max_bins``
+    buckets are merged (the last run padded with empty buckets). Only the
+    span from the first to the last non-empty bucket is kept, preceded by
+    one empty bucket; ``limits[i]`` is the right edge of bucket ``i``.
+    Non-finite values count in the statistics and in no bucket.
+
+    Raises:
+        ValueError: no values, a range numpy cannot bin (``bins="auto"`` over
+            NaN), or no value in any bucket (as torch's writer).
     """
-    data = to_numpy(values).astype(np.float64, copy=False).reshape(-1)
+    data = to_numpy(values).astype(float).reshape(-1)
     if data.size == 0:
-        raise ValueError("cannot make a histogram of no values")
-    finite = data[np.isfinite(data)]
-    if isinstance(bins, str) and bins == "tensorflow":
-        edges = _TF_EDGES
-    elif len(finite):
-        edges = np.histogram_bin_edges(finite, bins=bins)
-    else:
-        edges = np.array([0.0, 1.0])
-    counts, edges = np.histogram(finite, bins=edges)
-    counts = counts.astype(np.float64)
-    if max_bins is not None and len(counts) > max_bins > 0:
-        group = math.ceil(len(counts) / max_bins)
-        pad = (-len(counts)) % group
-        counts = np.concatenate([counts, np.zeros(pad)]).reshape(-1, group).sum(axis=1)
-        edges = np.concatenate([edges[::group], edges[-1:]])[: len(counts) + 1]
+        raise ValueError("The input has no element.")
+    edges = _TF_EDGES if isinstance(bins, str) and bins == "tensorflow" else bins
+    counts, limits = np.histogram(data, bins=edges)
+    if max_bins is not None and len(counts) > max_bins:
+        group = len(counts) // max_bins
+        if len(counts) % group:
+            counts = np.pad(counts, [[0, group - len(counts) % group]])
+        counts = counts.reshape(-1, group).sum(axis=-1)
+        limits = np.concatenate([limits[:-1:group], limits[-1:]])
     nonzero = np.flatnonzero(counts)
-    if len(nonzero):
-        first, last = int(nonzero[0]), int(nonzero[-1])
-        limits = np.concatenate([[edges[first]], edges[first + 1 : last + 2]])
-        counts = np.concatenate([[0.0], counts[first : last + 1]])
-    else:
-        limits, counts = np.array([0.0]), np.array([0.0])
+    if not len(nonzero):
+        raise ValueError("The histogram is empty: no value falls in any bucket")
+    first, last = int(nonzero[0]), int(nonzero[-1])
     return {
         "min": float(data.min()),
         "max": float(data.max()),
         "num": float(data.size),
         "sum": float(data.sum()),
-        "sum_squares": float(np.dot(data, data)),
-        "limits": limits.tolist(),
-        "counts": counts.tolist(),
+        "sum_squares": float(data.dot(data)),
+        # One empty bucket before the first non-empty one marks where that one begins.
+        "limits": limits[first : last + 2].tolist(),
+        "counts": [0.0, *counts[first : last + 1].astype(np.float64).tolist()],
     }

@@ -1,12 +1,15 @@
 """The append-only journal an evaluation logs into while it runs.
 
 Points are buffered in memory and appended to ``journal/<run_id>.journal`` in
-batches: when a batch fills, when the user flushes, and every
-:data:`FLUSH_INTERVAL_S` seconds from a background thread, so a process killed
-at any moment loses at most the points of the last interval. The journal is
-sealed into content-addressed objects when the evaluation ends
-(:mod:`.seal`); a journal whose process died is sealed by the next process
-that finds it (:func:`.seal.recover_orphans`).
+batches: when a batch fills, when the user flushes, and from a background
+thread that wakes every :data:`FLUSH_INTERVAL_S` seconds and writes whatever is
+pending. So other processes see a point (``memostore show``, ``plot --follow``)
+within about that interval of its logging, and a process killed at any moment
+loses at most the points of the last interval. The journal is sealed into
+content-addressed objects when the evaluation ends (:mod:`.seal`); a journal
+whose process died is sealed by the next process that finds it
+(:func:`.recover.recover_orphans`). Readers follow a live journal
+incrementally with :func:`parse_into`, from the offset where they stopped.
 
 File layout: a sequence of records, each ``b"MJ"``, kind (u8), 0 (u8),
 payload length (u32 LE), CRC-32 of the payload (u32 LE), payload. A reader
@@ -15,8 +18,8 @@ intact, because records are only ever appended.
 
 Liveness: the writing process holds an exclusive ``flock`` on the file for the
 whole evaluation, so the lock is free exactly when that process is gone (the
-kernel releases it even on SIGKILL). The background thread also touches the
-file every :data:`HEARTBEAT_S` seconds, for stores shared between machines
+kernel releases it even on SIGKILL). The background thread also touches an
+idle file every :data:`HEARTBEAT_S` seconds, for stores shared between machines
 where a lock may not be visible.
 """
 
@@ -50,11 +53,16 @@ _FRAME = struct.Struct("<2sBBII")
 _MARK = b"MJ"
 _TAG_HEAD = struct.Struct("<HI")
 
-FLUSH_INTERVAL_S = 5.0
-HEARTBEAT_S = 60.0
+# Pending points reach the file at most this long after they were logged: the
+# live view's latency. Each wake costs one lock and one write per journal with
+# points pending, whatever their number, so the cost per point stays constant.
+FLUSH_INTERVAL_S = 0.5
+HEARTBEAT_S = 30.0
 BATCH_POINTS = 16384
 BATCH_EVENT_BYTES = 1 << 20
 JOURNAL_SUFFIX = ".journal"
+# A header describes one call (argument summaries are at most 80 characters each).
+_HEADER_MAX = 16 << 20
 
 
 def frame(kind: int, payload: bytes) -> bytes:
@@ -65,7 +73,7 @@ def frame(kind: int, payload: bytes) -> bytes:
 def _json_bytes(obj: Any) -> bytes:
     # The journal is private and short-lived: NaN and infinities are allowed here
     # (Python's json reads back what it writes).
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8")
 
 
 @dataclass
@@ -94,25 +102,50 @@ class Contents:
 def parse(data: bytes | memoryview) -> Contents:
     """Decode journal bytes, stopping at the first incomplete or damaged record."""
     out = Contents()
+    parse_into(out, data)
+    return out
+
+
+def parse_into(out: Contents, data: bytes | memoryview, start: int = 0) -> int:
+    """Add the records of *data* from offset *start* to *out*; where the last whole one ends.
+
+    A reader following a live journal calls this with the bytes appended since
+    its last read and continues from the offset returned: a record cut short by
+    a write still in progress sets ``out.damaged`` and is read again, whole, the
+    next time. Each record is applied entirely or not at all.
+    """
     view = memoryview(data)
-    pos, end = 0, len(view)
+    pos, end = start, len(view)
     while pos < end:
         if end - pos < _FRAME.size:
             out.damaged = True
             break
         mark, kind, _, length, crc = _FRAME.unpack_from(view, pos)
-        start = pos + _FRAME.size
-        payload = view[start : start + length]
+        begin = pos + _FRAME.size
+        payload = view[begin : begin + length]
         if mark != _MARK or len(payload) != length or zlib.crc32(payload) != crc:
             out.damaged = True
             break
-        pos = start + length
         try:
             _apply(out, kind, payload)
         except (ValueError, struct.error, UnicodeDecodeError):
             out.damaged = True
             break
-    return out
+        pos = begin + length
+    return pos
+
+
+def read_header(fd: int) -> dict[str, Any] | None:
+    """The header of the journal open as *fd* (its first record), or None if unreadable."""
+    head = os.pread(fd, _FRAME.size, 0)
+    if len(head) < _FRAME.size:
+        return None
+    mark, kind, _, length, _crc = _FRAME.unpack(head)
+    if mark != _MARK or kind != REC_HEADER or length > _HEADER_MAX:
+        return None
+    out = Contents()
+    parse_into(out, os.pread(fd, _FRAME.size + length, 0))
+    return out.header
 
 
 def _apply(out: Contents, kind: int, payload: memoryview) -> None:
@@ -120,27 +153,37 @@ def _apply(out: Contents, kind: int, payload: memoryview) -> None:
         out.header = json.loads(bytes(payload))
     elif kind == REC_EVENT:
         event = json.loads(bytes(payload))
+        wall = float(event.get("wall", 0.0))
         out.events.append(event)
-        out.last_wall = max(out.last_wall or 0.0, float(event.get("wall", 0.0)))
+        out.last_wall = max(out.last_wall or 0.0, wall)
     elif kind == REC_SCALARS:
-        pos = 0
-        while pos < len(payload):
-            tag_len, count = _TAG_HEAD.unpack_from(payload, pos)
-            pos += _TAG_HEAD.size
-            tag = bytes(payload[pos : pos + tag_len]).decode("utf-8")
-            pos += tag_len
-            n = 8 * count
-            steps = bytes(payload[pos : pos + n])
-            values = bytes(payload[pos + n : pos + 2 * n])
-            walls = bytes(payload[pos + 2 * n : pos + 3 * n])
-            pos += 3 * n
-            if len(walls) != n:
-                raise ValueError("truncated scalar batch")
+        # Decoded whole before any of it is added: a damaged batch adds nothing.
+        batches = _scalar_batches(payload)
+        for tag, steps, values, walls in batches:
             out.scalars.setdefault(tag, []).append((steps, values, walls))
-            if count:
-                last = struct.unpack_from("<d", walls, n - 8)[0]
+            if walls:
+                last = struct.unpack_from("<d", walls, len(walls) - 8)[0]
                 out.last_wall = max(out.last_wall or 0.0, last)
     # Unknown kinds come from a newer writer: skipped, the rest stays readable.
+
+
+def _scalar_batches(payload: memoryview) -> list[tuple[str, bytes, bytes, bytes]]:
+    batches = []
+    pos = 0
+    while pos < len(payload):
+        tag_len, count = _TAG_HEAD.unpack_from(payload, pos)
+        pos += _TAG_HEAD.size
+        tag = bytes(payload[pos : pos + tag_len]).decode("utf-8")
+        pos += tag_len
+        n = 8 * count
+        steps = bytes(payload[pos : pos + n])
+        values = bytes(payload[pos + n : pos + 2 * n])
+        walls = bytes(payload[pos + 2 * n : pos + 3 * n])
+        pos += 3 * n
+        if len(walls) != n:
+            raise ValueError("truncated scalar batch")
+        batches.append((tag, steps, values, walls))
+    return batches
 
 
 def describe_process() -> dict[str, Any]:
@@ -271,9 +314,10 @@ class Journal:
 
     def heartbeat(self) -> None:
         """Tell other machines this journal's process is alive (its mtime)."""
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.utime(self._fd)
+        with self._lock:  # discard() may close the descriptor meanwhile
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(self._fd)
 
     # -- sealing ---------------------------------------------------------------------------
     def finish(self) -> Contents:
@@ -340,6 +384,9 @@ _live: weakref.WeakSet[Journal] = weakref.WeakSet()
 _live_lock = threading.Lock()
 _wake = threading.Event()
 _thread: threading.Thread | None = None
+# The thread ends after this many wakes without a journal (a program that has
+# stopped logging, or memoised calls far apart), and starts again with the next one.
+_IDLE_WAKES = 20
 
 
 def _register(journal: Journal) -> None:
@@ -357,21 +404,30 @@ def _unregister(journal: Journal) -> None:
 
 
 def _flush_loop() -> None:
+    global _thread
     last_beat = time.monotonic()
+    idle = 0
     while True:
-        _wake.wait(FLUSH_INTERVAL_S / 2)
+        _wake.wait(FLUSH_INTERVAL_S)
         _wake.clear()
         with _live_lock:
             journals = list(_live)
+            idle = 0 if journals else idle + 1
+            if idle >= _IDLE_WAKES:
+                # Decided under the lock _register takes: a journal registered from
+                # now on starts a new thread.
+                _thread = None
+                return
         now = time.monotonic()
         beat = now - last_beat >= HEARTBEAT_S
         for journal in journals:
             # A failing disk must not kill the thread: the next flush from the
             # logging thread will report the error where the user sees it.
             with contextlib.suppress(Exception):
-                if now - journal.last_write >= FLUSH_INTERVAL_S / 2:
+                # Read without the lock: a count seen stale is flushed next wake.
+                if journal._pending:
                     journal.flush()
-                if beat:
+                elif beat:
                     journal.heartbeat()
         if beat:
             last_beat = now

@@ -7,8 +7,9 @@ from typing import Any
 
 from .. import context
 from . import convert
+from .attach import journal_for
 from .journal import Journal
-from .writer import _wall, _warn_once, journal_for
+from .writer_base import _wall, _warn_once
 
 
 def log(

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import MalformedObject
 from ..objects import KIND_LOGS
 from .columns import decode_columns
+from .event_kinds import decode_events
 from .seal import from_json_number
 
 if TYPE_CHECKING:
@@ -114,7 +115,8 @@ def load_events(store: Store, logs_id: str, tag: str) -> list[dict[str, Any]]:
 
     Scalars: ``value``. Histograms: ``min``, ``max``, ``num``, ``sum``,
     ``sum_squares``, ``limits``, ``counts``. Images: ``blob`` (id of the PNG),
-    ``height``, ``width``, ``channels``. Text: ``text``.
+    ``height``, ``width``, ``channels``. Text: ``text``. Other kinds: the
+    fields :mod:`memostore.metrics.event_kinds` lists.
     """
     entry = _entry(store, logs_id, tag)
     kind = entry["kind"]
@@ -152,6 +154,8 @@ def load_events(store: Store, logs_id: str, tag: str) -> list[dict[str, Any]]:
                         "counts": data["counts"][a:z].tolist(),
                     }
                 )
+        else:
+            events.extend(decode_events(kind, data, wall))
     return events
 
 

@@ -1,14 +1,17 @@
 """Recovering journals whose process died before sealing them.
 
-A process killed while it logs (SIGKILL, out-of-memory, power loss) leaves its
-journal in ``journal/``. The next process that logs into the store, and the
-CLI before it lists evaluations, seals such a journal and records the
-evaluation it belonged to as ``interrupted``, with the points it had flushed.
+A process killed while it runs (SIGKILL, out-of-memory, power loss) leaves its
+journal in ``journal/``. The next process that logs into the store, and
+``memostore log`` before it lists evaluations, seals such a journal and
+records the evaluation it belonged to as ``interrupted``, with the points it
+had flushed (and, for a memoised call, its arguments and code).
 
 A journal is orphaned when its ``flock`` can be taken (its writer is gone; the
 kernel drops the lock of a dead process) and, if it was written on another
 machine, when it has not been touched for :data:`REMOTE_STALE_S` (a live
-writer touches it every minute; locks need not be visible across machines).
+writer touches it every :data:`~.journal.HEARTBEAT_S` seconds; locks need not be
+visible across machines). :func:`writer_alive` is the same rule for readers
+that only want to know whether to list an evaluation as running.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreWarning
+from ..lockfile import pid_alive
 from ..objects import Links
 from . import journal as jr
-from .seal import json_safe, seal
+from .event_kinds import event_blobs
 
 if TYPE_CHECKING:
     from ..store import Store
 
-REMOTE_STALE_S = 600.0
+REMOTE_STALE_S = 300.0
 # A temp file older than this belongs to a journal whose creation was cut short.
 _TMP_STALE_S = 3600.0
 
@@ -74,10 +78,12 @@ def recover_orphans(store: Store) -> list[str]:
 
 
 def journal_roots(store: Store) -> set[str]:
-    """Ids of the objects that journals in progress (or orphaned) refer to: image blobs.
+    """Ids of the objects that journals in progress (or orphaned) refer to.
 
-    They are stored when logged, long before the evaluation's record links
-    them, so ``gc`` must keep them as roots.
+    Payload blobs (images, audio clips, graphs, ...), stored when logged, and
+    a memoised call's arguments and code documents, named in its header: all
+    long before the evaluation's record links them (for an orphan, its
+    recovery does), so ``gc`` must keep them as roots.
     """
     if store.root is None:
         return set()
@@ -87,7 +93,9 @@ def journal_roots(store: Store) -> set[str]:
             contents = jr.parse(path.read_bytes())
         except OSError:
             continue
-        roots.update(e["blob"] for e in contents.events if e.get("kind") == "image")
+        roots.update(blob for e in contents.events for blob in event_blobs(e))
+        header = contents.header if isinstance(contents.header, dict) else {}
+        roots.update(header[name] for name in ("args", "code") if isinstance(header.get(name), str))
     return roots
 
 
@@ -114,9 +122,8 @@ def _recover_one(store: Store, path: Path, now: float) -> str | None:
             if now - mtime > _TMP_STALE_S:
                 path.unlink()
             return None
-        host = (header.get("process") or {}).get("host")
-        if host != socket.gethostname() and now - mtime < REMOTE_STALE_S:
-            return None  # maybe alive on another machine
+        if _maybe_remote_alive(header, mtime, now):
+            return None
         evaluation_id = _record(store, header, contents, mtime)
         path.unlink()
         return evaluation_id
@@ -124,27 +131,64 @@ def _recover_one(store: Store, path: Path, now: float) -> str | None:
         os.close(fd)
 
 
+def writer_alive(fd: int, header: dict[str, Any], now: float | None = None) -> bool:
+    """Whether the process writing the journal open as *fd* may still be running.
+
+    On this host: its lock is held and its pid is alive (a pid that is gone
+    means the evaluation is over even while a forked child keeps the lock). On
+    another host: it was touched within :data:`REMOTE_STALE_S`.
+    """
+    now = time.time() if now is None else now
+    process = header.get("process") or {}
+    if process.get("host") != socket.gethostname():
+        return now - os.fstat(fd).st_mtime < REMOTE_STALE_S
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid, started = process.get("pid"), header.get("started")
+        if type(pid) is not int:
+            return True
+        return pid_alive(pid, started if isinstance(started, (int, float)) else None)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def _maybe_remote_alive(header: dict[str, Any], mtime: float, now: float) -> bool:
+    host = (header.get("process") or {}).get("host")
+    return host != socket.gethostname() and now - mtime < REMOTE_STALE_S
+
+
+def _present(store: Store, object_id: Any) -> str | None:
+    # A recovered record links only what is in the store (fsck checks every link).
+    if isinstance(object_id, str) and store.objects.contains(object_id):
+        return object_id
+    return None
+
+
 def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: float) -> str:
+    from .. import index
     from ..evaluation import evaluation_doc, failed_ref_name
     from ..objects import canonical_json
     from ..refs import ref_part
+    from .seal import json_safe, seal
 
-    logs_id = seal(store.objects, contents)
+    logs_id = None if contents.empty else seal(store.objects, contents)
     process = dict(header.get("process") or {})
     started = float(header.get("started") or mtime)
     ended = contents.last_wall or mtime
     function = header.get("function") or "run:unknown"
     key = header.get("key")
     hparams = {k: json_safe(v) for k, v in (header.get("hparams") or {}).items()}
+    digest = header.get("code_digest")
     fields: dict[str, Any] = {
         "function": function,
         "key": key,
-        "code": None,
-        "code_digest": None,
+        "code": _present(store, header.get("code")),
+        "code_digest": digest if isinstance(digest, str) else None,
         "version": None,
-        "args": None,
+        "args": _present(store, header.get("args")),
         "hparams": hparams,
-        "args_summary": {},
+        "args_summary": _summaries(header.get("args_summary")),
         "result": None,
         "result_summary": None,
         "status": "interrupted",
@@ -179,7 +223,14 @@ def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: 
     else:
         script = function.split(":", 1)[-1]
         store.refs.set(f"runs/{ref_part(script)}/{doc.id}", doc.id)
+    index.record(store, doc.id, doc.body)
     return doc.id
+
+
+def _summaries(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
 def _started(store: Store, evaluation_id: str) -> float:

@@ -3,12 +3,15 @@
 The logs document (kind ``logs``) is the manifest of one evaluation::
 
     {"format": 1,
-     "tags": {tag: {"kind": "scalar" | "histogram" | "image" | "text",
+     "tags": {tag: {"kind": "scalar" | one of event_kinds.TAG_KINDS,
                     "count", "step_min", "step_max",
                     "first", "last", "min", "max", "nan_count",   # scalars
+                    "style": "float" | "double",                  # new-style scalars only
+                    "tag": the tag logged, where it differs from the name,
                     "chunks": [{"count", "data": blob id, "walls": blob id}]}},
      "hparams": {name: value}, "hparam_metrics": [tag, ...],
-     "hparam_domains": {name: [value, ...]}}
+     "hparam_domains": {name: [value, ...]},
+     "runs": [...], "sessions": [...]}                    # see memostore.metrics.runs
 
 Non-finite numbers in the manifest are the strings ``"NaN"``, ``"Infinity"``
 and ``"-Infinity"`` (canonical JSON has no other way to say them). A chunk's
@@ -26,12 +29,13 @@ import numpy as np
 
 from ..objects import KIND_LOGS, Doc, Links
 from .columns import encode_columns
+from .event_kinds import SCALAR_STYLE, TAG_KINDS, event_blobs, event_columns
 from .journal import Contents
+from .runs import annotate
 
 LOGS_FORMAT = 1
 SCALAR_CHUNK = 1 << 16
 EVENT_CHUNK = 1 << 10
-_STATS = ("min", "max", "num", "sum", "sum_squares")
 
 
 def json_number(x: float | None) -> float | str | None:
@@ -107,31 +111,11 @@ def _scalar_entry(
     }
 
 
-def _event_columns(kind: str, events: list[dict[str, Any]]) -> dict[str, tuple[str, Any]]:
-    steps = ("i8", np.array([e["step"] for e in events], dtype=np.int64))
-    if kind == "text":
-        return {"steps": steps, "texts": ("json", [e["text"] for e in events])}
-    if kind == "image":
-        images = [[e["blob"], e["height"], e["width"], e["channels"]] for e in events]
-        return {"steps": steps, "images": ("json", images)}
-    stats = np.array([[float(e[s]) for s in _STATS] for e in events], dtype=np.float64)
-    offsets = np.cumsum([0] + [len(e["limits"]) for e in events], dtype=np.int64)
-    limits = np.array([x for e in events for x in e["limits"]], dtype=np.float64)
-    counts = np.array([x for e in events for x in e["counts"]], dtype=np.float64)
-    return {
-        "steps": steps,
-        "stats": ("f8", stats.reshape(-1)),
-        "offsets": ("i8", offsets),
-        "limits": ("f8", limits),
-        "counts": ("f8", counts),
-    }
-
-
 def _event_entry(b: _Builder, kind: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     chunks = []
     for a in range(0, len(events), EVENT_CHUNK):
         part = events[a : a + EVENT_CHUNK]
-        data = b.put(_event_columns(kind, part))
+        data = b.put(event_columns(kind, part))
         walls = b.put({"walls": ("f8", np.array([e["wall"] for e in part], dtype=np.float64))})
         chunks.append({"count": len(part), "data": data, "walls": walls})
     steps = [int(e["step"]) for e in events]
@@ -166,9 +150,10 @@ def build_logs(objects: Any, contents: Contents) -> Doc | None:
 
     Returns None when nothing was logged.
     """
+    runs = annotate(contents)  # first: it drops the points purge_step hides
     b = _Builder(objects)
     tags: dict[str, dict[str, Any]] = {}
-    image_blobs: set[str] = set()
+    payload_blobs: set[str] = set()
     for tag, batches in contents.scalars.items():
         steps, values, walls = _scalar_arrays(batches)
         if len(steps):
@@ -184,15 +169,20 @@ def build_logs(objects: Any, contents: Contents) -> Doc | None:
             hparams.update(event.get("hparams", {}))
             metrics.extend(m for m in event.get("metrics", []) if m not in metrics)
             domains.update(event.get("domains") or {})
-        elif kind in ("text", "histogram", "image"):
+        elif kind == SCALAR_STYLE:
+            entry = tags.get(event["tag"])
+            if entry is not None and entry["kind"] == "scalar":
+                entry["style"] = event["style"]
+        elif kind in TAG_KINDS:
             by_tag.setdefault((event["tag"], kind), []).append(event)
-            if kind == "image":
-                image_blobs.add(event["blob"])
+            payload_blobs.update(event_blobs(event))
     for (tag, kind), events in by_tag.items():
         # One tag, one kind in the manifest: a tag reused for another kind keeps
         # its points under "tag#kind" rather than losing them.
         name = tag if tag not in tags else f"{tag}#{kind}"
         tags[name] = _event_entry(b, kind, events)
+        if name != tag:
+            tags[name]["tag"] = tag
 
     if not tags and not hparams:
         return None
@@ -202,8 +192,9 @@ def build_logs(objects: Any, contents: Contents) -> Doc | None:
         "hparams": {k: json_safe(v) for k, v in sorted(hparams.items())},
         "hparam_metrics": metrics,
         "hparam_domains": {k: [json_safe(x) for x in v] for k, v in sorted(domains.items())},
+        **runs,
     }
-    return Doc(KIND_LOGS, body, Links(blobs=b.blobs | image_blobs))
+    return Doc(KIND_LOGS, body, Links(blobs=b.blobs | payload_blobs))
 
 
 def seal(objects: Any, contents: Contents) -> str | None:

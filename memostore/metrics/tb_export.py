@@ -1,9 +1,14 @@
 """Writing evaluations' logs as TensorBoard event files.
 
 Each evaluation becomes one run directory, ``<logdir>/<function>-<id prefix>``,
-holding one event file with its scalars (as float32 ``simple_value``, as
-TensorBoard stores them), histograms, images, text and hyper-parameters: all
-in the same run, so TensorBoard's HParams view links them.
+holding one event file with every point it logged, written as
+``torch.utils.tensorboard``'s writer writes it (:mod:`.tb_media`): scalars
+as float32 ``simple_value`` (tensors when logged ``new_style``), histograms,
+images, text, audio, videos, PR curves, meshes, tensors, custom-scalar
+layouts and graphs, and the hyper-parameters, all in the same run so that
+TensorBoard's HParams view links them. Embeddings are written beside it, as
+the projector's files. Events are in wall-time order across tags, each tag's
+in logged order.
 
 Needs the ``tensorboard`` package (``pip install 'memostore[tensorboard]'``);
 nothing else in memostore does.
@@ -11,24 +16,26 @@ nothing else in memostore does.
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
-from .read import load_events, load_manifest, load_series, logged_hparams
+from . import tb_hparams, tb_media
+from .read import load_events, load_manifest, load_series
+from .runs import export_plan
 
 if TYPE_CHECKING:
     from ..store import Store
 
 INSTALL_HINT = "pip install 'memostore[tensorboard]'"
 _FILE_SUFFIX = ".memostore"
-_STATUS = {"ok": "STATUS_SUCCESS", "error": "STATUS_FAILURE", "interrupted": "STATUS_ABORTED"}
 
 
 def _protos() -> SimpleNamespace:
@@ -39,6 +46,8 @@ def _protos() -> SimpleNamespace:
         from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
         from tensorboard.plugins.hparams import metadata as hp_metadata
         from tensorboard.summary.writer.record_writer import RecordWriter
+
+        media = tb_media.protos()
     except ImportError as exc:
         raise MemostoreError(
             f"exporting to TensorBoard needs the tensorboard package: {INSTALL_HINT}"
@@ -53,6 +62,7 @@ def _protos() -> SimpleNamespace:
         hp_metadata=hp_metadata,
         struct=struct_pb2,
         RecordWriter=RecordWriter,
+        media=media,
     )
 
 
@@ -87,132 +97,78 @@ def export_tensorboard(
                 f"evaluation {evaluation_id[:12]} ({evaluation.function}) logged no metrics"
             )
         run_dir = Path(logdir) / run_name(evaluation.function, evaluation_id)
-        _write_run(p, store, evaluation, run_dir)
+        _write_runs(p, store, evaluation, run_dir)
         out.append(run_dir)
     return out
 
 
-def _write_run(p: SimpleNamespace, store: Store, evaluation: Any, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for old in run_dir.glob(f"events.out.tfevents.*{_FILE_SUFFIX}"):
-        old.unlink()  # a re-export replaces its own earlier file, never the user's
-    name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
-    path = run_dir / (name + _FILE_SUFFIX)
+def _write_runs(p: SimpleNamespace, store: Store, evaluation: Any, run_dir: Path) -> None:
+    """One directory per run of the evaluation, laid out as TensorBoard's writer did."""
+    body = load_manifest(store, evaluation.logs_id)
     started = float(evaluation.created or time.time())
-    with open(path, "wb") as f:
+    for sub, names, sessions in export_plan(body):
+        first: list[tuple[float, Any]] = []
+        if not sub:
+            # The evaluation itself is a session of its main run: its call's
+            # scalar arguments and add_hparams values, linked to its metrics.
+            first = tb_hparams.evaluation_events(p, store, evaluation, started, names)
+        # Each add_hparams call is a session of its own run, as torch writes it.
+        for session in sessions:
+            first.extend(tb_hparams.session_events(p, session))
+        where = run_dir / sub if sub else run_dir
+        _write_one(p, store, evaluation.logs_id, body.get("tags", {}), where, names, first, started)
+
+
+def _write_one(
+    p: SimpleNamespace,
+    store: Store,
+    logs_id: str,
+    entries: dict[str, Any],
+    directory: Path,
+    names: dict[str, str],
+    first: list[tuple[float, Any]],
+    started: float,
+) -> None:
+    """Write one run: the points of *names* (name -> the tag shown), after *first*."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob(f"events.out.tfevents.*{_FILE_SUFFIX}"):
+        old.unlink()  # a re-export replaces its own earlier file, never the user's
+    file_name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+    embeddings: list[tuple[float, int, str, dict[str, Any]]] = []
+    streams: list[Iterator[tuple[float, Any]]] = [iter(first)]
+    for name, tag in names.items():
+        entry = entries[name]
+        if entry["kind"] == "embedding":
+            for point in load_events(store, logs_id, name):
+                embeddings.append((point["wall"], len(embeddings), tag, point))
+            continue
+        streams.append(_tag_events(p, store, logs_id, name, tag, entry))
+    with open(directory / (file_name + _FILE_SUFFIX), "wb") as f:
         writer = p.RecordWriter(f)
         writer.write(
             p.event.Event(wall_time=started, file_version="brain.Event:2").SerializeToString()
         )
-        for event in _hparams_events(p, store, evaluation, started):
+        # In wall-time order across tags, as they were logged (each tag keeps its
+        # own order): TensorBoard drops a tag's points logged after a later step
+        # by their position in the file, so the order decides what it shows.
+        for _, event in heapq.merge(*streams, key=lambda item: item[0]):
             writer.write(event.SerializeToString())
-        tags = load_manifest(store, evaluation.logs_id).get("tags", {})
-        for tag, entry in tags.items():
-            for event in _tag_events(p, store, evaluation.logs_id, tag, entry["kind"]):
-                writer.write(event.SerializeToString())
         writer.flush()
+    embeddings.sort(key=lambda item: item[:2])
+    tb_media.write_projector(p.media, store, directory, [(t, pt) for _, _, t, pt in embeddings])
 
 
-def _tag_events(p: Any, store: Store, logs_id: str, tag: str, kind: str) -> Any:
-    Summary, Event = p.summary.Summary, p.event.Event
+def _tag_events(
+    p: Any, store: Store, logs_id: str, name: str, tag: str, entry: dict[str, Any]
+) -> Iterator[tuple[float, Any]]:
+    kind = entry["kind"]
     if kind == "scalar":
-        steps, values, walls = load_series(store, logs_id, tag)
+        style = entry.get("style")
+        steps, values, walls = load_series(store, logs_id, name)
         for s, v, w in zip(steps.tolist(), values.tolist(), walls.tolist(), strict=True):
-            value = Summary.Value(tag=tag, simple_value=v)
-            yield Event(wall_time=w, step=s, summary=Summary(value=[value]))
+            value = tb_media.scalar_value(p.media, tag, v, style)
+            yield w, p.event.Event(wall_time=w, step=s, summary=p.summary.Summary(value=[value]))
         return
-    for point in load_events(store, logs_id, tag):
-        if kind == "histogram":
-            histo = p.summary.HistogramProto(
-                min=point["min"],
-                max=point["max"],
-                num=point["num"],
-                sum=point["sum"],
-                sum_squares=point["sum_squares"],
-                bucket_limit=point["limits"],
-                bucket=point["counts"],
-            )
-            value = Summary.Value(tag=tag, histo=histo)
-        elif kind == "image":
-            image = Summary.Image(
-                height=point["height"],
-                width=point["width"],
-                colorspace=point["channels"],
-                encoded_image_string=store.objects.get_bytes(point["blob"]),
-            )
-            value = Summary.Value(tag=tag, image=image)
-        elif kind == "text":
-            value = Summary.Value(
-                tag=tag,
-                metadata=p.summary.SummaryMetadata(
-                    plugin_data=p.summary.SummaryMetadata.PluginData(plugin_name="text")
-                ),
-                tensor=p.tensor.TensorProto(
-                    dtype=7,  # DT_STRING
-                    string_val=[point["text"].encode("utf-8")],
-                    tensor_shape=p.shape.TensorShapeProto(
-                        dim=[p.shape.TensorShapeProto.Dim(size=1)]
-                    ),
-                ),
-            )
-        else:
-            continue
-        yield Event(wall_time=point["wall"], step=point["step"], summary=Summary(value=[value]))
-
-
-def _hp_value(p: Any, value: Any) -> Any:
-    if isinstance(value, bool):
-        return p.struct.Value(bool_value=value)
-    if isinstance(value, (int, float)):
-        return p.struct.Value(number_value=float(value))
-    return p.struct.Value(string_value=str(value))
-
-
-def _hparams_events(p: Any, store: Store, evaluation: Any, started: float) -> list[Any]:
-    logged = logged_hparams(store, evaluation.logs_id)
-    hparams = {**logged["hparams"], **evaluation.hparams}
-    if not hparams:
-        return []
-    metrics = logged["metrics"] or [
-        tag
-        for tag, entry in load_manifest(store, evaluation.logs_id).get("tags", {}).items()
-        if entry["kind"] == "scalar"
-    ]
-    api, plugin_data, meta = p.api, p.plugin_data, p.hp_metadata
-    infos = []
-    for name, value in sorted(hparams.items()):
-        info = api.HParamInfo(name=name)
-        if isinstance(value, bool):
-            info.type = api.DATA_TYPE_BOOL
-        elif isinstance(value, (int, float)):
-            info.type = api.DATA_TYPE_FLOAT64
-        else:
-            info.type = api.DATA_TYPE_STRING
-        domain = logged["domains"].get(name)
-        if domain:
-            info.domain_discrete.extend(_hp_value(p, x) for x in domain)
-        infos.append(info)
-    experiment = api.Experiment(
-        hparam_infos=infos,
-        metric_infos=[api.MetricInfo(name=api.MetricName(tag=m)) for m in metrics],
-    )
-    start = plugin_data.SessionStartInfo(start_time_secs=started)
-    for name, value in hparams.items():
-        start.hparams[name].CopyFrom(_hp_value(p, value))
-    end = plugin_data.SessionEndInfo(
-        status=getattr(api, _STATUS.get(evaluation.status, "STATUS_UNKNOWN")),
-        end_time_secs=started + float(evaluation.duration_s or 0.0),
-    )
-    events = []
-    for tag, data in (
-        (meta.EXPERIMENT_TAG, plugin_data.HParamsPluginData(experiment=experiment)),
-        (meta.SESSION_START_INFO_TAG, plugin_data.HParamsPluginData(session_start_info=start)),
-        (meta.SESSION_END_INFO_TAG, plugin_data.HParamsPluginData(session_end_info=end)),
-    ):
-        value = p.summary.Summary.Value(
-            tag=tag, metadata=meta.create_summary_metadata(data), tensor=meta.NULL_TENSOR
-        )
-        events.append(
-            p.event.Event(wall_time=started, step=0, summary=p.summary.Summary(value=[value]))
-        )
-    return events
+    for point in load_events(store, logs_id, name):
+        for event in tb_media.point_events(p.media, store, tag, kind, point):
+            yield point["wall"], event

@@ -1,161 +1,54 @@
-"""``SummaryWriter`` (TensorBoard's interface) and ``log``, writing into the store.
+"""``SummaryWriter``: TensorBoard's writer (torch's and tensorboardX's), writing into the store.
 
 Every point goes to the evaluation the caller runs inside *at the moment it is
-logged*: the innermost memoised call, else the script's standalone run. So a
+logged*: the innermost memoised call, else the writer's own standalone run
+evaluation (one per writer, recorded when it is closed or at exit). So a
 writer made outside a memoised function and passed in (``@memo(ignore=
 ("writer",))``) logs into that call's evaluation, and nested memoised calls get
-their own logs. No method raises: a point that cannot be logged is dropped
-with a :class:`MemostoreWarning` naming the reason.
+their own logs. Inside an evaluation each writer is its own *run*, as in
+TensorBoard (:mod:`.runs`).
+
+Input that TensorBoard's writers refuse raises what they raise
+(:mod:`.inputs`); a failure of memostore itself to store a point (a full disk,
+a finished evaluation) never does: the point is dropped with one
+:class:`MemostoreWarning` naming the reason.
+
+The class is assembled from three parts: :class:`.writer_base.WriterBase`
+(constructor, runs, evaluations, life cycle), the ``add_*`` methods for
+scalars, histograms, images, text and hyper-parameters here, and the other
+``add_*`` methods in :class:`.media.MediaMethods`; :mod:`.event_files` then
+wraps every ``add_*`` method so that it also writes event files when asked.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import socket
-import threading
 import time
-import warnings
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
-from .. import context
-from ..errors import MemostoreError, MemostoreWarning
-from . import convert
-from .journal import Journal, describe_process
-from .seal import json_safe, seal
-
-_STATE_KEY = "memostore.metrics.journal"
-_attach_lock = threading.Lock()
-_recovered: set[str] = set()
-_warned: set[Any] = set()
-_current = context._current  # read on every point: a ContextVar.get, no call overhead
+from . import convert, inputs, runs
+from .media import MediaMethods
+from .writer_base import WriterBase, _current, default_log_dir
 
 
-def _warn_once(key: Any, message: str) -> None:
-    if key in _warned:
-        return
-    _warned.add(key)
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=4)
+class SummaryWriter(WriterBase, MediaMethods):
+    """Drop-in for ``torch.utils.tensorboard.SummaryWriter`` and tensorboardX's, into the store.
 
-
-# -- attaching to evaluations ---------------------------------------------------------------
-def journal_for(ctx: context.EvalContext) -> Journal:
-    """The journal of *ctx*, opened (and its sealing scheduled) on first use."""
-    journal = ctx.state.get(_STATE_KEY)
-    if journal is None:
-        with _attach_lock:
-            journal = ctx.state.get(_STATE_KEY)
-            if journal is None:
-                journal = _open_journal(ctx)
-                ctx.state[_STATE_KEY] = journal
-                ctx.add_finalizer(_finalize)
-    if journal.sealed:
-        raise MemostoreError(f"the evaluation of {ctx.function} has already finished")
-    return journal
-
-
-def _open_journal(ctx: context.EvalContext) -> Journal:
-    directory = None
-    if ctx.store.root is not None:
-        directory = ctx.store.subdir("journal")
-        root = str(ctx.store.root)
-        if root not in _recovered:
-            _recovered.add(root)
-            from .recover import recover_orphans
-
-            recover_orphans(ctx.store)
-    header = {
-        "format": 1,
-        "function": ctx.function,
-        "key": ctx.key,
-        "run_id": ctx.run_id,
-        "started": ctx.started,
-        "hparams": {k: json_safe(v) for k, v in ctx.hparams.items()},
-        "process": describe_process(),
-    }
-    return Journal(directory, header)
-
-
-def _finalize(ctx: context.EvalContext, status: str) -> dict[str, Any]:
-    journal: Journal | None = ctx.state.get(_STATE_KEY)
-    if journal is None or journal.sealed:
-        return {}
-    contents = journal.finish()
-    logs_id = seal(ctx.store.objects, contents)
-    # Removed only once the chunks are stored: until then a crash leaves the
-    # journal for recovery.
-    journal.discard()
-    if logs_id is None:
-        return {}
-    ctx.links.docs.add(logs_id)
-    return {"logs": logs_id}
-
-
-def _wall(walltime: Any) -> float:
-    return time.time() if walltime is None else float(walltime)
-
-
-def _step(step: Any) -> int:
-    # TensorBoard records a missing step as 0.
-    if step is None:
-        return 0
-    step = int(step)
-    if not -(1 << 63) <= step < (1 << 63):
-        raise ValueError(f"step {step} does not fit in 64 bits")
-    return step
-
-
-# -- SummaryWriter --------------------------------------------------------------------------
-class SummaryWriter:
-    """Drop-in for ``torch.utils.tensorboard.SummaryWriter`` that logs into the store.
-
-    The constructor takes the same arguments as TensorBoard's and ignores them
-    (nothing is written to ``log_dir``); use ``memostore export tensorboard``
-    to get event files. Fully supported: ``add_scalar``, ``add_scalars``,
-    ``add_histogram``, ``add_histogram_raw``, ``add_image``, ``add_images``,
-    ``add_figure``, ``add_text``, ``add_hparams``, ``flush``, ``close``, and use
-    as a context manager. Other ``add_*`` methods warn once and do nothing.
+    Takes the arguments of both (``log_dir`` or ``logdir``, ``comment``,
+    ``purge_step``, ``max_queue``, ``flush_secs``, ``filename_suffix``,
+    ``write_to_disk``, ``comet_config``). ``log_dir`` (TensorBoard's default
+    ``runs/<date>_<host><comment>``) is created, as TensorBoard creates it,
+    and names the writer's run; the points go to the store, and event files
+    are written there only with ``event_files=True`` (:mod:`.event_files`).
+    ``write_to_disk=False`` makes a writer that records nothing (tensorboardX's).
 
     Example:
         >>> from memostore import SummaryWriter   # was: from torch.utils.tensorboard import ...
         >>> writer = SummaryWriter()
         >>> writer.add_scalar("loss", 0.25, global_step=10)
     """
-
-    def __init__(
-        self,
-        log_dir: str | os.PathLike[str] | None = None,
-        comment: str = "",
-        purge_step: int | None = None,
-        max_queue: int = 10,
-        flush_secs: int = 120,
-        filename_suffix: str = "",
-    ) -> None:
-        if log_dir is None:
-            stamp = datetime.now().strftime("%b%d_%H-%M-%S")
-            log_dir = os.path.join("runs", f"{stamp}_{socket.gethostname()}{comment}")
-        self.log_dir = str(log_dir)
-        self._cache: tuple[Any, Journal] | None = None
-
-    def get_logdir(self) -> str:
-        """The ``log_dir`` given (or TensorBoard's default name); nothing is written there."""
-        return self.log_dir
-
-    def _journal(self) -> Journal:
-        ctx = _current.get()
-        cache = self._cache
-        if cache is not None and cache[0] is ctx and not cache[1].sealed:
-            return cache[1]
-        journal = journal_for(ctx or context.current_or_run())
-        self._cache = (ctx, journal)
-        return journal
-
-    def _failed(self, method: str, exc: Exception) -> None:
-        _warn_once(
-            (method, type(exc), str(exc)[:60]),
-            f"{method} dropped a point ({type(exc).__name__}: {exc})",
-        )
 
     # -- scalars ---------------------------------------------------------------------------
     def add_scalar(
@@ -166,15 +59,39 @@ class SummaryWriter:
         walltime: float | None = None,
         new_style: bool = False,
         double_precision: bool = False,
+        display_name: str = "",
+        summary_description: str = "",
     ) -> None:
-        """Log one number (kept as float64, bit for bit) at *global_step*."""
+        """Log one number (kept as float64, bit for bit) at *global_step*.
+
+        ``new_style``/``double_precision`` choose how ``export tensorboard``
+        writes the tag; tensorboardX's ``display_name`` and
+        ``summary_description`` are accepted and not stored.
+        """
+        value = scalar_value if type(scalar_value) is float else inputs.scalar(scalar_value)
+        if type(tag) is not str:
+            tag = inputs.tag(tag)
+        step = global_step if type(global_step) is int else self._resolve_step(global_step)
+        if walltime is None and self._metadata is None:
+            wall = time.time()
+        else:
+            wall = self._resolve_wall(walltime)
+        # The hot path: one cache check and one dict lookup before the journal's append.
         try:
-            value = scalar_value if type(scalar_value) is float else convert.to_float(scalar_value)
-            step = global_step if type(global_step) is int else _step(global_step)
-            wall = time.time() if walltime is None else float(walltime)
-            self._journal().add_scalar(tag if type(tag) is str else str(tag), step, value, wall)
+            target = self._cache
+            if target is None or target.key is not _current.get() or target.journal.sealed:
+                if self._off:
+                    return
+                target = self._attach()
+            name = target.names.get(tag)
+            if name is None:
+                name = target.main.name(tag)
+            target.journal.add_scalar(name, step, value, wall)
         except Exception as exc:
             self._failed("add_scalar", exc)
+            return
+        if new_style:
+            self._scalar_style(tag, double_precision)
 
     def add_scalars(
         self,
@@ -183,22 +100,58 @@ class SummaryWriter:
         global_step: int | None = None,
         walltime: float | None = None,
     ) -> None:
-        """Log several numbers as tags ``main_tag/key``, all in this evaluation."""
+        """Log several numbers, named ``main_tag/key``; exported as torch's sub-runs.
+
+        torch's writer puts each key in a run ``<log_dir>/<main_tag>_<key>``
+        (``/`` in the main tag becomes ``_``) under the tag ``main_tag``, so
+        TensorBoard draws them as the lines of one chart.
+        """
+        main = inputs.tag(main_tag)
+        values = [(inputs.tag(k), inputs.scalar(v)) for k, v in tag_scalar_dict.items()]
+        step, wall = self._resolve_step(global_step), self._resolve_wall(walltime)
+        if self._off:
+            return
         try:
-            step = _step(global_step)
-            wall = _wall(walltime)
-            journal = self._journal()
-            for key, value in tag_scalar_dict.items():
-                journal.add_scalar(f"{main_tag}/{key}", step, convert.to_float(value), wall)
+            target = self._target()
+            for key, value in values:
+                run = self._scalars_run(main, key)
+                name = target.view(run).name(main, f"{main}/{key}", self._run)
+                target.journal.add_scalar(name, step, value, wall)
         except Exception as exc:
             self._failed("add_scalars", exc)
 
-    # -- other kinds ---------------------------------------------------------------------------
-    def _event(self, method: str, event: dict[str, Any], step: Any, walltime: Any) -> None:
-        event["step"] = _step(step)
-        event["wall"] = _wall(walltime)
-        self._journal().add_event(event)
+    def _scalars_run(self, main: str, key: str) -> runs.Run:
+        known = self._scalar_runs.get((main, key))
+        if known is None:
+            sub = main.replace("/", "_") + "_" + key
+            path = str(self._log_dir) + "/" + sub  # torch's file writer key
+            known = self._scalar_runs[(main, key)] = (path, self._run.child(sub, "scalars"))
+        return known[1]
 
+    def export_scalars_to_json(self, path: str | os.PathLike[str]) -> None:
+        """Write the ``add_scalars`` points logged since the last export, as tensorboardX does.
+
+        The file is ``{"<log_dir>/<main_tag>/<key>": [[wall, step, value], ...]}``,
+        read from the current evaluation's journal (nothing is kept in memory).
+        """
+        out: dict[str, list[list[float]]] = {}
+        target = self._cache
+        if target is not None and not target.journal.sealed and self._scalar_runs:
+            target.journal.flush()
+            contents = runs.journal_contents(target.journal)
+            for (main, key), (_, run) in self._scalar_runs.items():
+                view = target.views.get(run.name)
+                name = None if view is None else view._names.get(main)
+                if name is None or name not in contents.scalars:
+                    continue
+                rows = _rows(contents.scalars[name])
+                done = self._exported.get(name, 0)
+                self._exported[name] = len(rows)
+                out[os.path.join(str(self._log_dir), main, key)] = rows[done:]
+        with open(path, "w") as f:
+            json.dump(out, f)
+
+    # -- histograms, images, text --------------------------------------------------------------
     def add_histogram(
         self,
         tag: str,
@@ -208,13 +161,13 @@ class SummaryWriter:
         walltime: float | None = None,
         max_bins: int | None = None,
     ) -> None:
-        """Log the statistics and bucket counts of *values* (TensorBoard's buckets)."""
-        try:
-            event = {"kind": "histogram", "tag": str(tag)}
-            event.update(convert.histogram(values, bins, max_bins))
-            self._event("add_histogram", event, global_step, walltime)
-        except Exception as exc:
-            self._failed("add_histogram", exc)
+        """Log the statistics and bucket counts of *values* (TensorBoard's buckets by default)."""
+        tag = inputs.tag(tag)
+        event = convert.histogram(inputs.histogram_values(values), inputs.bins(bins), max_bins)
+        event.update(kind="histogram", tag=tag)
+        self._put_event(
+            self._run, event, self._resolve_step(global_step), self._resolve_wall(walltime)
+        )
 
     def add_histogram_raw(
         self,
@@ -230,42 +183,32 @@ class SummaryWriter:
         walltime: float | None = None,
     ) -> None:
         """Log a histogram already bucketed by the caller."""
-        try:
-            limits = [float(x) for x in convert.to_numpy(bucket_limits).reshape(-1)]
-            counts = [float(x) for x in convert.to_numpy(bucket_counts).reshape(-1)]
-            if len(limits) != len(counts):
-                raise ValueError("bucket_limits and bucket_counts differ in length")
-            event = {
-                "kind": "histogram",
-                "tag": str(tag),
-                "min": float(min),
-                "max": float(max),
-                "num": float(num),
-                "sum": float(sum),
-                "sum_squares": float(sum_squares),
-                "limits": limits,
-                "counts": counts,
-            }
-            self._event("add_histogram_raw", event, global_step, walltime)
-        except Exception as exc:
-            self._failed("add_histogram_raw", exc)
+        inputs.histogram_raw(bucket_limits, bucket_counts)
+        event = {
+            "kind": "histogram",
+            "tag": inputs.tag(tag),
+            "min": float(min),
+            "max": float(max),
+            "num": float(num),
+            "sum": float(sum),
+            "sum_squares": float(sum_squares),
+            "limits": [float(x) for x in inputs.array(bucket_limits).reshape(-1)],
+            "counts": [float(x) for x in inputs.array(bucket_counts).reshape(-1)],
+        }
+        self._put_event(
+            self._run, event, self._resolve_step(global_step), self._resolve_wall(walltime)
+        )
 
-    def _add_png(self, method: str, tag: str, png: bytes, step: Any, walltime: Any) -> None:
-        journal = self._journal()
-        ctx = _current.get() or context.current_or_run()
+    def _put_png(self, method: str, tag: str, png: bytes, step: Any, walltime: Any) -> None:
         height, width, channels = convert.png_size(png)
-        blob = ctx.store.objects.add_bytes(png)
         event = {
             "kind": "image",
-            "tag": str(tag),
-            "blob": blob,
+            "tag": tag,
             "height": height,
             "width": width,
             "channels": channels,
-            "step": _step(step),
-            "wall": _wall(walltime),
         }
-        journal.add_event(event)
+        self._keep_in(self._run, method, event, step, walltime, {"blob": png})
 
     def add_image(
         self,
@@ -276,11 +219,9 @@ class SummaryWriter:
         dataformats: str = "CHW",
     ) -> None:
         """Log an image (float pixels in [0, 1] or uint8), stored as a PNG blob."""
-        try:
-            png = convert.encode_png(convert.image_pixels(img_tensor, dataformats))
-            self._add_png("add_image", tag, png, global_step, walltime)
-        except Exception as exc:
-            self._failed("add_image", exc)
+        tag = inputs.tag(tag)
+        pixels = convert.image_pixels(inputs.image(img_tensor, dataformats), dataformats)
+        self._put_png("add_image", tag, convert.encode_png(pixels), global_step, walltime)
 
     def add_images(
         self,
@@ -290,12 +231,11 @@ class SummaryWriter:
         walltime: float | None = None,
         dataformats: str = "NCHW",
     ) -> None:
-        """Log a batch of images, tiled into one PNG as TensorBoard does."""
-        try:
-            png = convert.encode_png(convert.grid_pixels(img_tensor, dataformats))
-            self._add_png("add_images", tag, png, global_step, walltime)
-        except Exception as exc:
-            self._failed("add_images", exc)
+        """Log a batch of images (or a list of them), tiled into one PNG as TensorBoard does."""
+        tag = inputs.tag(tag)
+        data, dataformats = inputs.image_batch(img_tensor, dataformats)
+        pixels = convert.image_pixels(data, dataformats)
+        self._put_png("add_images", tag, convert.encode_png(pixels), global_step, walltime)
 
     def add_figure(
         self,
@@ -306,11 +246,10 @@ class SummaryWriter:
         walltime: float | None = None,
     ) -> None:
         """Log a matplotlib figure (or a list of them) as a PNG image."""
-        try:
-            png = convert.figure_png(figure, close)
-            self._add_png("add_figure", tag, png, global_step, walltime)
-        except Exception as exc:
-            self._failed("add_figure", exc)
+        tag = inputs.tag(tag)
+        inputs.figure(figure)
+        png = convert.figure_png(figure, close)
+        self._put_png("add_figure", tag, png, global_step, walltime)
 
     def add_text(
         self,
@@ -320,136 +259,57 @@ class SummaryWriter:
         walltime: float | None = None,
     ) -> None:
         """Log a piece of text (markdown in TensorBoard)."""
-        try:
-            event = {"kind": "text", "tag": str(tag), "text": str(text_string)}
-            self._event("add_text", event, global_step, walltime)
-        except Exception as exc:
-            self._failed("add_text", exc)
+        event = {"kind": "text", "tag": inputs.tag(tag), "text": inputs.text(text_string)}
+        self._put_event(
+            self._run, event, self._resolve_step(global_step), self._resolve_wall(walltime)
+        )
 
+    # -- hyper-parameters ------------------------------------------------------------------------
     def add_hparams(
         self,
-        hparam_dict: Mapping[str, Any],
-        metric_dict: Mapping[str, Any],
+        hparam_dict: dict[str, Any],
+        metric_dict: dict[str, Any],
         hparam_domain_discrete: Mapping[str, list[Any]] | None = None,
         run_name: str | None = None,
         global_step: int | None = None,
+        *,
+        name: str | None = None,
     ) -> None:
-        """Record hyper-parameters and their metrics in this evaluation (no sub-run).
+        """Record one session of hyper-parameters and metrics, in a sub-run as torch does.
 
-        The metrics are logged as scalars; the hyper-parameters join the
+        The session is the run ``<log_dir>/<run_name>`` (default: the time),
+        holding the metrics as scalars; the hyper-parameters also join the
         evaluation's own (a memoised call's scalar arguments keep precedence).
+        tensorboardX's spelling ``add_hparams(h, m, name, global_step)`` works too.
         """
-        try:
-            journal = self._journal()
-            ctx = _current.get() or context.current_or_run()
-            hparams = {str(k): json_safe(v) for k, v in hparam_dict.items()}
-            step, wall = _step(global_step), time.time()
-            for key, value in metric_dict.items():
-                journal.add_scalar(str(key), step, convert.to_float(value), wall)
-            domains = {
-                str(k): [json_safe(x) for x in v] for k, v in (hparam_domain_discrete or {}).items()
-            }
-            journal.add_event(
-                {
-                    "kind": "hparams",
-                    "hparams": hparams,
-                    "metrics": [str(k) for k in metric_dict],
-                    "domains": domains,
-                    "step": step,
-                    "wall": wall,
-                }
-            )
-            for key, value in hparams.items():
-                ctx.hparams.setdefault(key, value)
-        except Exception as exc:
-            self._failed("add_hparams", exc)
-
-    # -- unsupported -----------------------------------------------------------------------------
-    def _unsupported(self, name: str) -> None:
-        _warn_once(
-            ("unsupported", name),
-            f"SummaryWriter.{name} is not supported; its data is not recorded "
-            "(supported: add_scalar(s), add_histogram, add_image(s), add_figure, "
-            "add_text, add_hparams)",
-        )
-
-    def add_audio(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_audio")
-
-    def add_video(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_video")
-
-    def add_graph(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_graph")
-
-    def add_onnx_graph(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_onnx_graph")
-
-    def add_embedding(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_embedding")
-
-    def add_pr_curve(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_pr_curve")
-
-    def add_pr_curve_raw(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_pr_curve_raw")
-
-    def add_mesh(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_mesh")
-
-    def add_image_with_boxes(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_image_with_boxes")
-
-    def add_custom_scalars(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_custom_scalars")
-
-    def add_custom_scalars_multilinechart(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_custom_scalars_multilinechart")
-
-    def add_custom_scalars_marginchart(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: warns once, records nothing."""
-        self._unsupported("add_custom_scalars_marginchart")
-
-    def __getattr__(self, name: str) -> Any:
-        # Methods TensorBoard may add later: accepted and ignored, never an AttributeError.
-        if name.startswith("add_"):
-
-            def ignored(*args: Any, **kwargs: Any) -> None:
-                self._unsupported(name)
-
-            return ignored
-        raise AttributeError(name)
-
-    # -- lifecycle ------------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Append buffered points to the journal (they then survive a crash)."""
-        try:
-            cache = self._cache
-            if cache is not None and not cache[1].sealed:
-                cache[1].flush()
-        except Exception as exc:
-            self._failed("flush", exc)
-
-    def close(self) -> None:
-        """Flush. The writer stays usable; the logs are sealed when the evaluation ends."""
-        self.flush()
-
-    def __enter__(self) -> SummaryWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        if isinstance(hparam_domain_discrete, str):  # tensorboardX: (h, m, name, global_step)
+            name, hparam_domain_discrete = hparam_domain_discrete, None
+            if run_name is not None and not isinstance(run_name, str):
+                global_step, run_name = run_name, None
+        hparams, metrics = inputs.hparams(hparam_dict, metric_dict, hparam_domain_discrete)
+        run_name = run_name or name or str(time.time())
+        if self._tee is not None:
+            if self._backend == "tensorboardx":
+                self._tee.add_hparams(
+                    hparam_dict, metric_dict, name=run_name, global_step=global_step
+                )
+            else:
+                self._tee.add_hparams(
+                    hparam_dict, metric_dict, hparam_domain_discrete, run_name, global_step
+                )
+        domains = dict(hparam_domain_discrete or {})
+        step, wall = self._resolve_step(global_step), time.time()
+        session = self._run.child(run_name, "hparams")
+        self._put_session(session, hparams, list(metrics), domains, step, wall, metrics)
 
 
-__all__ = ["SummaryWriter", "journal_for"]
+def _rows(batches: list[tuple[bytes, bytes, bytes]]) -> list[list[float]]:
+    import numpy as np
+
+    steps = np.frombuffer(b"".join(s for s, _, _ in batches), dtype="<i8").tolist()
+    values = np.frombuffer(b"".join(v for _, v, _ in batches), dtype="<f8").tolist()
+    walls = np.frombuffer(b"".join(w for _, _, w in batches), dtype="<f8").tolist()
+    return [[w, s, v] for s, v, w in zip(steps, values, walls, strict=True)]
+
+
+__all__ = ["SummaryWriter", "default_log_dir"]

@@ -1,0 +1,350 @@
+"""Evaluations in progress, found through their journals.
+
+Every evaluation in progress has a journal in ``journal/``: a memoised call's
+opens as its body starts, a standalone run's with its first point
+(:mod:`.attach`). Listing what runs therefore reads one directory and, per
+journal, its header record: no evaluation document and no object. A journal
+whose writer is gone (:func:`.recover.writer_alive`: its pid has exited on this
+host, or it has not been touched for a while on another) is not running;
+:func:`running_evaluations` seals it and records it as interrupted first, so
+that it appears in the ordinary listing instead.
+
+A running evaluation has no evaluation id yet (its record is written when it
+ends): it is named by its *run id*, the journal's name, 32 hex digits that a
+revision may abbreviate like an evaluation id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import MemostoreError, RevisionNotFound
+from .journal import JOURNAL_SUFFIX, read_header
+
+if TYPE_CHECKING:
+    from ..store import Store
+    from .live import LiveLogs
+
+_HEX = frozenset("0123456789abcdef")
+# A memoised call's record is stamped a moment after its journal's header.
+_STARTED_SLACK_S = 1e-3
+
+
+@dataclass(frozen=True)
+class RunningEvaluation:
+    """One evaluation in progress, as its journal's header describes it.
+
+    Attributes:
+        store: the store it runs in.
+        run_id: its name while it runs (the journal's file name).
+        path: its journal.
+        header: the journal's header record (function, key, started, process, ...).
+        last_seen: when its journal was last written or touched (UNIX time).
+    """
+
+    status: ClassVar[str] = "running"
+
+    store: Store
+    run_id: str
+    path: Path
+    header: Mapping[str, Any]
+    last_seen: float
+
+    @property
+    def function(self) -> str:
+        """``module:qualname`` of the memoised function, ``run:<script>`` for a run."""
+        return str(self.header.get("function") or "run:unknown")
+
+    @property
+    def key(self) -> str | None:
+        """The call key (None for a standalone run)."""
+        key = self.header.get("key")
+        return key if isinstance(key, str) else None
+
+    @property
+    def started(self) -> float:
+        started = self.header.get("started")
+        if isinstance(started, (int, float)) and math.isfinite(started):
+            return float(started)
+        return self.last_seen
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return dict(self.header.get("hparams") or {})
+
+    @property
+    def args_summary(self) -> dict[str, str]:
+        summary = self.header.get("args_summary")
+        if not isinstance(summary, Mapping):
+            return {}
+        return {str(k): v for k, v in summary.items() if isinstance(v, str)}
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """Arguments by name: scalars as values, anything else as a summary line."""
+        from ..inspection import call_arguments
+
+        return call_arguments({"hparams": self.hparams, "args_summary": self.args_summary})
+
+    @property
+    def process(self) -> dict[str, Any]:
+        """``{"host", "pid", "argv", "cwd", "python"}`` of the process running it."""
+        return dict(self.header.get("process") or {})
+
+    def logs(self) -> LiveLogs:
+        """Its metrics so far, read incrementally from the journal (see :class:`.LiveLogs`)."""
+        from .live import LiveLogs
+
+        return LiveLogs(self.path)
+
+    def recorded(self) -> str | None:
+        """The id of its evaluation record once it has ended, else None."""
+        return recorded_evaluation(self.store, self.function, self.key, self.started)
+
+    def record(self, now: float | None = None) -> dict[str, Any]:
+        """The evaluation as ``memostore log --json`` lists it (status ``running``)."""
+        from ..inspection import iso_time
+
+        now = time.time() if now is None else now
+        process = self.process
+        return {
+            "id": self.run_id,
+            "run_id": self.run_id,
+            "function": self.function,
+            "status": self.status,
+            "created": iso_time(self.started),
+            "started": self.started,
+            "duration_s": max(0.0, now - self.started),
+            "args": self.args,
+            "args_summary": self.args_summary,
+            "parents": [],
+            "key": self.key,
+            "result": None,
+            "error": None,
+            "logs": None,
+            "refs": [],
+            "host": process.get("host"),
+            "pid": process.get("pid"),
+            "seen_s_ago": max(0.0, now - self.last_seen),
+        }
+
+
+def running_evaluations(
+    store: Store | None = None, *, recover: bool = True
+) -> list[RunningEvaluation]:
+    """The evaluations in progress in *store* (the default store), newest first.
+
+    Args:
+        store: the store; None for :meth:`memostore.Store.default`.
+        recover: seal and record as interrupted the journals whose writer is
+            gone (they are then ordinary evaluations, not listed here).
+    """
+    if store is None:
+        from ..store import Store
+
+        store = Store.default(create=False)
+    if store.root is None:
+        return []
+    directory = store.root / "journal"
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    from .recover import writer_alive
+
+    now = time.time()
+    found: list[RunningEvaluation] = []
+    orphans = False
+    for name in sorted(names):
+        if not name.endswith(JOURNAL_SUFFIX):
+            continue
+        path = directory / name
+        try:
+            # Non-blocking: a FIFO given a journal's name must not hang a listing.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue  # sealed and removed meanwhile, or unreadable
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            header = read_header(fd)
+            if not isinstance(header, dict):
+                continue
+            if writer_alive(fd, header, now):
+                run_id = name[: -len(JOURNAL_SUFFIX)]
+                found.append(RunningEvaluation(store, run_id, path, header, os.fstat(fd).st_mtime))
+            else:
+                orphans = True
+        except (OSError, ValueError):
+            continue
+        finally:
+            os.close(fd)
+    if orphans and recover:
+        from .recover import recover_orphans
+
+        recover_orphans(store)
+    found.sort(key=lambda r: (-r.started, r.run_id))
+    return found
+
+
+def running_of(
+    function: str | None, running: Iterable[RunningEvaluation]
+) -> list[RunningEvaluation]:
+    """Those of *running* whose function *function* names (as a revision would), or all."""
+    running = list(running)
+    if function is None:
+        return running
+    from ..revisions import function_matches
+
+    wanted = set(function_matches({r.function for r in running}, function))
+    return [r for r in running if r.function in wanted]
+
+
+def recorded_evaluation(store: Store, function: str, key: str | None, started: float) -> str | None:
+    """The evaluation recorded for the call of *function* (and *key*) that started at *started*.
+
+    A memoised call is found through its ``evals/`` or ``failed/`` ref, a
+    standalone run among its script's runs. None while it is not recorded.
+    """
+    from ..evaluation import eval_ref_name, failed_ref_name
+    from ..revisions import listed_evaluations
+
+    if key is None:
+        listed, _ = listed_evaluations(store, functions=[function])
+        for entry in listed:
+            when = entry.get("started")
+            if isinstance(when, (int, float)) and abs(when - started) <= _STARTED_SLACK_S:
+                return str(entry["id"])
+        return None
+    best: tuple[float, str] | None = None
+    for name in (eval_ref_name(function, key), failed_ref_name(function, key)):
+        with contextlib.suppress(MemostoreError, OSError):
+            evaluation_id = store.refs.read(name)
+            if evaluation_id is None:
+                continue
+            when = store.evaluation(evaluation_id).body.get("started")
+            ours = isinstance(when, (int, float)) and when >= started - _STARTED_SLACK_S
+            if ours and (best is None or when > best[0]):
+                best = (float(when), evaluation_id)
+    return None if best is None else best[1]
+
+
+def resolve_running(
+    store: Store, rev: str, running: list[RunningEvaluation] | None = None
+) -> RunningEvaluation | str | None:
+    """What *rev* names once running evaluations count too.
+
+    A run id prefix (4 hex digits or more) names a running evaluation; a
+    function name names its newest evaluation, running or recorded, and
+    ``NAME~N`` counts back through both.
+
+    Returns:
+        The running evaluation; an evaluation id (``NAME~N`` landing on a
+        recorded one); or None when *rev* names no running evaluation (resolve
+        it with :func:`memostore.revisions.resolve_revision`).
+
+    Raises:
+        AmbiguousRevision: *rev* matches several evaluations or functions.
+        RevisionNotFound: ``~N`` counts back past the oldest one.
+    """
+    from ..revisions import MIN_PREFIX, AmbiguousRevision, resolve_revision
+
+    live = running_evaluations(store) if running is None else running
+    if not live:
+        return None
+    base, sep, count = rev.strip().rpartition("~")
+    if not sep:
+        base, count = rev.strip(), "0"
+    elif count == "":
+        count = "1"
+    if not count.isdigit():
+        return None  # the ordinary resolver explains the mistake
+    older = int(count)
+    lowered = base.lower()
+    if len(lowered) >= MIN_PREFIX and set(lowered) <= _HEX:
+        matches = [r for r in live if r.run_id.startswith(lowered)]
+        if not matches:
+            return None
+        candidates = [(r.run_id[:12], f"({r.function}, running)") for r in matches]
+        try:
+            candidates.append((resolve_revision(store, base)[:12], "(evaluation)"))
+        except AmbiguousRevision as exc:
+            candidates += exc.candidates
+        except RevisionNotFound:
+            pass
+        if len(candidates) > 1:
+            raise AmbiguousRevision(rev, candidates)
+        return _counted_back(store, matches[0].function, matches[0], older, live, rev)
+    function = _running_function(store, base, live, rev)
+    if function is None:
+        return None
+    return _counted_back(store, function, None, older, live, rev)
+
+
+def _running_function(
+    store: Store, query: str, live: list[RunningEvaluation], rev: str
+) -> str | None:
+    from .. import index
+    from ..revisions import AmbiguousRevision, function_matches, listed_evaluations
+
+    running = {r.function for r in live}
+    recorded = {e["function"] for e in index.load(store).values()} - running
+    matches = function_matches(running | recorded, query)
+    if not running.intersection(matches):
+        return None
+    # A function the index remembers but whose evaluations are all gone is no rival.
+    rivals = [
+        f for f in matches if f not in running and listed_evaluations(store, functions=[f])[0]
+    ]
+    names = sorted(set(matches) & running) + rivals
+    if len(names) > 1:
+        raise AmbiguousRevision(rev, [(f, "(function)") for f in names])
+    return names[0]
+
+
+def _counted_back(
+    store: Store,
+    function: str,
+    anchor: RunningEvaluation | None,
+    older: int,
+    live: list[RunningEvaluation],
+    rev: str,
+) -> RunningEvaluation | str:
+    if older == 0 and anchor is not None:
+        return anchor
+    from ..revisions import listed_evaluations
+
+    items: list[tuple[float, RunningEvaluation | str]] = [
+        (r.started, r) for r in live if r.function == function
+    ]
+    listed, _ = listed_evaluations(store, functions=[function])
+    for entry in listed:
+        when = entry.get("started")
+        items.append((float(when) if isinstance(when, (int, float)) else 0.0, str(entry["id"])))
+    items.sort(key=lambda item: -item[0])
+    position = 0
+    if anchor is not None:
+        position = next(i for i, (_, item) in enumerate(items) if item is anchor)
+    if position + older >= len(items):
+        raise RevisionNotFound(
+            f"{rev!r}: {function} has only {len(items)} evaluation(s); "
+            "see them with `memostore log FUNCTION`"
+        )
+    return items[position + older][1]
+
+
+__all__ = [
+    "RunningEvaluation",
+    "recorded_evaluation",
+    "resolve_running",
+    "running_evaluations",
+    "running_of",
+]
