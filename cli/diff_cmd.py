@@ -30,17 +30,21 @@ def diff(
 
     Everything is read from the store; no stored value is restored.
 
-    With one REV: would the same call hit today? A function of an importable
-    module is imported as `python` in the current directory would import it;
-    one defined in a script or notebook cell is checked against today's
-    source text (the recorded script, or --source), which is read, never run.
+    With one REV: would the same call hit today? A function you name (not an
+    evaluation id) of an importable module is imported as `python` in the
+    current directory would import it; otherwise, and for one defined in a
+    script or notebook cell, today's source text is checked (the recorded
+    script, or --source): read, never run.
     """
     out = Output()
     first = state.resolve(rev_a)
     if rev_b is None:
         from memostore.miss_check import why_miss
 
-        record = why_miss(state.store, first, sources=sources)
+        # Only a function the user named is imported, never one the store names.
+        record = why_miss(
+            state.store, first, sources=sources, may_import=_names_function(state, rev_a, first)
+        )
         if as_json:
             out.json(record)
         else:
@@ -56,6 +60,16 @@ def diff(
         out.json(record)
     else:
         print_diff(out, record)
+
+
+def _names_function(state: State, rev: str, evaluation_id: str) -> bool:
+    """Whether *rev* named a function (``train``, ``train~1``), not an evaluation id."""
+    rev = rev.strip()
+    base, sep, _ = rev.rpartition("~")
+    if not sep:
+        base = rev
+    named = state.resolve(base) if base != rev else evaluation_id
+    return not named.startswith(base.lower())
 
 
 def print_diff(out: Output, record: dict[str, Any]) -> None:

@@ -3,11 +3,15 @@
 Nothing recorded is ever imported or put on ``sys.path``: a store may be
 shared, and a writer of it must not be able to make a reader run code.
 
-* A function of an importable module is resolved as the user's own
-  ``python`` would resolve it from the current directory (``sys.path`` as
-  this process has it, the current directory first as ``python -c`` puts it);
-  today's dependency closure is computed and compared with the recorded one,
-  and the call key is recomputed.
+* A function of an importable module that the user named (``memostore diff
+  FN``) is resolved as the user's own ``python`` would resolve it from the
+  current directory (``sys.path`` as this process has it, the current
+  directory first as ``python -c`` puts it); today's dependency closure is
+  computed and compared with the recorded one, and the call key is
+  recomputed. Code that only stored values name (a class in the arguments)
+  is checked only where that import already loaded it.
+* Named by an evaluation id, the same function is checked from source text
+  as below: its module's name comes from the store, so it is not imported.
 * A function defined in a script run as ``__main__`` or in a notebook cell
   cannot be imported without running the whole program. Each recorded
   dependency's source is compared with today's text of the script (the
@@ -42,7 +46,11 @@ if TYPE_CHECKING:
 
 
 def why_miss(
-    store: Store, evaluation_id: str, sources: Sequence[str | os.PathLike[str]] = ()
+    store: Store,
+    evaluation_id: str,
+    sources: Sequence[str | os.PathLike[str]] = (),
+    *,
+    may_import: bool = False,
 ) -> dict[str, Any]:
     """Would a call with this evaluation's arguments hit today, and if not, why.
 
@@ -52,6 +60,9 @@ def why_miss(
         sources: today's script or notebook (``.py``, ``.ipynb``) to compare a
             ``__main__`` function's dependencies with, instead of the recorded
             script.
+        may_import: the user named the function (not an evaluation id): its
+            module may be imported from the current directory. Otherwise
+            nothing is imported, whatever the evaluation names.
 
     Returns:
         ``{"id", "function", "method", "verdict", "reasons", "code", ...}``:
@@ -67,8 +78,14 @@ def why_miss(
         out.update(method=None, verdict="unknown")
         out["reasons"].append(f"{function} is a standalone run, not a memoised function")
         return out
-    if module == MAIN or sources:
+    if module == MAIN or sources or not may_import:
         _check_from_source(store, body, out, sources)
+        if module != MAIN and not sources:
+            out["notes"].append(
+                f"checked from source text: {module} is named by the store, not by you, so "
+                f"it is not imported; `memostore diff {qualname}` imports it as python "
+                "would from the current directory"
+            )
     else:
         _check_by_import(store, body, out, module, qualname)
     consumed = sorted((body.get("rng") or {}).keys())
@@ -245,6 +262,12 @@ def _stored_code_changes(
         if module == MAIN:
             # A __main__ class stored by value: its digest needs the running script.
             unchecked.append({"symbol": ref["symbol"], "kind": "class", "why": "stored by value"})
+            continue
+        if module not in sys.modules:
+            # Only stored data names it: never imported for that (a store is shared).
+            unchecked.append(
+                {"symbol": ref["symbol"], "kind": "class", "why": "not imported by your code"}
+            )
             continue
         if not is_user_module(module):
             continue  # only the user's own code carries a digest to check

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import stat
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ import blake3
 
 from .errors import CorruptObject, ObjectNotFound
 from .fsutil import fsync_dir, write_all
+from .inside import LinkedStorePath, first_link, is_own_file, make_dirs_beneath, open_own_file
 from .object_base import BaseObjectStore, Buffer
 from .objects import digest_bytes, is_object_id, new_hasher
 from .packs import SUFFIX, Pack, PackIndex, PackLocation, PackWriter
@@ -118,6 +120,9 @@ class DiskObjectStore(BaseObjectStore):
         self._dirty_dirs: set[Path] = set()
         self._dirty_lock = threading.Lock()
         self._freshened: dict[str, float] = {}  # pack name -> when this process last did
+        self._root_text = str(self.root)
+        # Fan directories (objects/ab) found to be no symbolic link, in this process.
+        self._fans_checked: set[str] = set()
 
     def path_of(self, object_id: str) -> Path:
         return Path(self._path_text(object_id))
@@ -125,7 +130,23 @@ class DiskObjectStore(BaseObjectStore):
     def _path_text(self, object_id: str) -> str:
         # Plain string joins: this runs once per object read, tens of thousands of
         # times for a large result, where pathlib's parsing shows up in profiles.
-        return f"{self._objects_text}/{object_id[:2]}/{object_id[2:]}"
+        fan = object_id[:2]
+        if fan not in self._fans_checked:
+            self._check_fan(fan)
+        return f"{self._objects_text}/{fan}/{object_id[2:]}"
+
+    def _check_fan(self, fan: str) -> None:
+        """Refuse a fan directory (or ``objects/``) that is a symbolic link.
+
+        Every read, write, touch and delete of a loose object builds its path
+        here, so none goes through a link planted in the store; a fan found sound
+        is not checked again by this process.
+        """
+        link, whole = first_link(self._root_text, ("objects", fan))
+        if link is not None:
+            raise LinkedStorePath(link)
+        if whole:
+            self._fans_checked.add(fan)
 
     def contains(self, object_id: str) -> bool:
         return (
@@ -136,10 +157,13 @@ class DiskObjectStore(BaseObjectStore):
 
     def blob_path(self, object_id: str) -> Path | None:
         text = self._path_text(object_id)
-        return Path(text) if os.path.exists(text) else None
+        return Path(text) if is_own_file(text) else None
 
     def blob_file(self, object_id: str) -> str | None:
-        return self._path_text(object_id)
+        text = self._path_text(object_id)
+        # Mapped by its path elsewhere: a link at its name is never handed out (the
+        # read then goes through _open_loose, which refuses it).
+        return None if os.path.islink(text) else text
 
     def pack_location(self, object_id: str, refresh: bool = True) -> PackLocation | None:
         return self.packs.lookup(object_id, refresh)
@@ -149,8 +173,10 @@ class DiskObjectStore(BaseObjectStore):
         if loc is None:
             path = self._path_text(object_id)
             try:
-                before = os.stat(path)
-                os.utime(path)
+                before = os.lstat(path)
+                if stat.S_ISLNK(before.st_mode):
+                    raise LinkedStorePath(path)  # never touched through (nor trusted)
+                os.utime(path, follow_symlinks=False)
             except FileNotFoundError:
                 loc = self.packs.lookup(object_id)
                 if loc is None:
@@ -248,7 +274,7 @@ class DiskObjectStore(BaseObjectStore):
     def _read_raw(self, object_id: str) -> bytes:
         if self.packs.lookup(object_id, refresh=False) is None:
             try:
-                with open(self._path_text(object_id), "rb") as f:
+                with open_own_file(self._path_text(object_id)) as f:
                     return f.read()
             except FileNotFoundError:
                 pass
@@ -257,7 +283,7 @@ class DiskObjectStore(BaseObjectStore):
     def _read_raw_into_bytearray(self, object_id: str) -> bytearray:
         if self.packs.lookup(object_id, refresh=False) is None:
             try:
-                with open(self._path_text(object_id), "rb") as f:
+                with open_own_file(self._path_text(object_id)) as f:
                     return _read_into(f, os.fstat(f.fileno()).st_size, 0)
             except FileNotFoundError:
                 pass
@@ -341,7 +367,11 @@ class DiskObjectStore(BaseObjectStore):
         if self.freshen(object_id):
             return False
         final = self.path_of(object_id)
-        final.parent.mkdir(parents=True, exist_ok=True)
+        fan = object_id[:2]
+        if not final.parent.is_dir() or fan not in self._fans_checked:
+            # Made beneath the store's root: a rename never lands through a link.
+            make_dirs_beneath(self._root_text, f"objects/{fan}")
+            self._fans_checked.add(fan)
         os.fchmod(fd, 0o444)
         # Another writer may rename the same id concurrently: both files hold the
         # same bytes, so whichever rename lands last is equally correct.
@@ -362,10 +392,10 @@ class DiskObjectStore(BaseObjectStore):
 
     def iter_ids(self) -> Iterator[str]:
         packed = set(self.packs.ids())
-        if self.objects_dir.is_dir():
+        if self.objects_dir.is_dir() and not self.objects_dir.is_symlink():
             for fan in sorted(os.listdir(self.objects_dir)):
-                if len(fan) != 2:
-                    continue
+                if len(fan) != 2 or os.path.islink(self.objects_dir / fan):
+                    continue  # a link is never listed through (fsck names it)
                 with contextlib.suppress(FileNotFoundError):
                     for rest in os.listdir(self.objects_dir / fan):
                         object_id = fan + rest

@@ -19,7 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .errors import RefError
+from .errors import MemostoreError, RefError
+from .inside import CheckedDirs, make_dirs_beneath, refusal
 from .lockfile import LockFile
 from .objects import is_object_id
 
@@ -30,6 +31,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 class ForeignRefFile(RefError):
     """A file under ``refs/`` that no ref writer makes (a symbolic link, a FIFO, ...)."""
+
+
+class LinkedRefDir(ForeignRefFile):
+    """A ref lies under a directory of ``refs/`` that is a symbolic link: never read."""
 
 
 def ref_part(text: str) -> str:
@@ -166,6 +171,7 @@ class DiskRefContainer(BaseRefContainer):
         self.root = Path(root)
         self.refs_dir = self.root / "refs"
         self._refs_dir_str = str(self.refs_dir)
+        self._dirs = CheckedDirs(str(self.root))
 
     def path_of(self, name: str) -> Path:
         check_ref_name(name)
@@ -173,8 +179,22 @@ class DiskRefContainer(BaseRefContainer):
 
     def read(self, name: str) -> str | None:
         check_ref_name(name)
+        self._refuse_linked_dirs(name)
         data = _read_ref_file(os.path.join(self._refs_dir_str, name), name)
         return None if data is None else _parse_ref_content(name, data)
+
+    def _dir_of(self, name: str) -> str:
+        parent = name.rpartition("/")[0]
+        return f"refs/{parent}" if parent else "refs"
+
+    def _refuse_linked_dirs(self, name: str) -> None:
+        """Raise LinkedRefDir if a directory on the way to ref *name* is a link.
+
+        Once per directory and process (a set lookup after that): a hit reads a ref.
+        """
+        link = self._dirs.link_on_way(self._dir_of(name))
+        if link is not None:
+            raise LinkedRefDir(f"ref {name} cannot be read: " + refusal(link))
 
     def _read_for_update(self, name: str) -> str | None:
         try:
@@ -200,7 +220,11 @@ class DiskRefContainer(BaseRefContainer):
         if not is_object_id(new):
             raise RefError(f"not an object id: {new!r}")
         path = self.path_of(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Made beneath the store's root, never through a link planted in refs/.
+        try:
+            make_dirs_beneath(str(self.root), self._dir_of(name))
+        except MemostoreError as exc:
+            raise LinkedRefDir(f"ref {name} cannot be written: {exc}") from None
         lock = LockFile(path)
         lock.acquire()
         try:
@@ -217,6 +241,7 @@ class DiskRefContainer(BaseRefContainer):
 
     def delete_if_equals(self, name: str, old: str | None) -> bool:
         path = self.path_of(name)
+        self._refuse_linked_dirs(name)
         if not path.exists():
             return False
         with LockFile(path):
@@ -234,6 +259,8 @@ class DiskRefContainer(BaseRefContainer):
         # evaluations does not scan the whole store.
         base_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         base = self.refs_dir / base_rel if base_rel else self.refs_dir
+        if self._dirs.link_on_way(f"refs/{base_rel}" if base_rel else "refs") is not None:
+            return  # never listed through a link (fsck names it)
         if not base.is_dir():
             return
         for name, path in self._ref_files(base):
@@ -254,8 +281,8 @@ class DiskRefContainer(BaseRefContainer):
         writer of refs could have made (an invalid name, a symbolic link, not a
         regular file) are never read as refs, so they keep nothing (gc skips them).
         """
-        if not self.refs_dir.is_dir():
-            return
+        if not self.refs_dir.is_dir() or self.refs_dir.is_symlink():
+            return  # fsck reports a linked refs/ itself
         for name, path in self._ref_files(self.refs_dir):
             try:
                 check_ref_name(name)
@@ -303,7 +330,8 @@ def _read_ref_file(path: str, name: str) -> bytes | None:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ForeignRefFile(
-                f"ref {name} is a symbolic link, which is never followed; delete {path}"
+                f"ref {name} is a symbolic link ({path}), which memostore never follows: "
+                "run `memostore fsck` to list such files, then delete it"
             ) from None
         raise
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import warnings
 from pathlib import Path
@@ -210,3 +211,33 @@ def test_public_names() -> None:
 
     assert memostore.SummaryWriter is TBWriter is SummaryWriter
     assert memostore.log is metrics.log
+
+
+def test_tensorboardx_spellings_of_media_methods(store_dir: Path) -> None:
+    # tensorboardX's add_image_with_boxes takes dataformats where torch's takes rescale,
+    # its add_video takes dataformats, its add_onnx_graph names its file onnx_model_file.
+    pytest.importorskip("PIL")
+    image = np.zeros((6, 10, 3), dtype=np.uint8)  # HWC: 6 high, 10 wide
+    boxes = np.array([[1, 1, 4, 4]])
+    with SummaryWriter("runs/x") as w:
+        w.add_image_with_boxes("torch", image, boxes, 0, None, 1, "HWC", ["a"])
+        w.add_image_with_boxes("tbx", image, boxes, 0, None, "HWC", ["a"])
+        with pytest.raises(AssertionError):  # tensorboardX's convert_to_NTCHW refuses it
+            w.add_video("v", np.zeros((2, 4, 4, 3)), 0, dataformats="NTHW")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            w.add_video("v", np.zeros((1, 2, 4, 6, 3)), 0, dataformats="NTHWC")
+        if importlib.util.find_spec("onnx") is None:
+            with pytest.raises(ImportError):  # torch's ImportError without onnx, no TypeError
+                w.add_onnx_graph(onnx_model_file="model.onnx")
+    store = Store.default()
+    (run,) = [e for name, e in store.iter_evaluation_refs() if name.startswith("runs/")]
+    logs = Evaluation.load(store, run).logs_id
+    (ours,), (theirs,) = load_events(store, logs, "torch"), load_events(store, logs, "tbx")
+    assert (theirs["height"], theirs["width"]) == (6, 10)
+    assert theirs["blob"] == ours["blob"]
+    videos = load_events(store, logs, "v") if "v" in metrics_summary(store, logs) else []
+    if videos:  # moviepy 1.x installed: the GIF has the frames' size
+        assert (videos[0]["height"], videos[0]["width"]) == (4, 6)
+    else:
+        assert any("add_video recorded nothing" in str(c.message) for c in caught)

@@ -132,6 +132,28 @@ def image_batch(value: Any, dataformats: str) -> tuple[np.ndarray, str]:
     return image(value, dataformats), dataformats
 
 
+def video_axes(value: Any, dataformats: str) -> np.ndarray:
+    """A video whose five axes *dataformats* names, as ``(N, T, C, H, W)`` (tensorboardX's).
+
+    Raises:
+        AssertionError: *dataformats* is not five distinct letters, or the rank differs.
+    """
+    data = array(value)
+    if len(dataformats) != 5:
+        raise AssertionError("Only 5D tensor is supported.")
+    fmt = dataformats.upper()
+    if len(set(fmt)) != len(fmt):
+        raise AssertionError(
+            f"You can not use the same dimension shorthand twice. input_format: {dataformats}"
+        )
+    if data.ndim != 5:
+        raise AssertionError(
+            "size of input tensor and input format are different. "
+            f"tensor shape: {data.shape}, input_format: {dataformats}"
+        )
+    return data.transpose([fmt.find(c) for c in "NTCHW"])  # numpy's error for other letters
+
+
 def text(value: Any) -> str:
     """Text to log: a string (torch's writer calls ``.encode`` on it)."""
     if isinstance(value, str):
@@ -197,4 +219,5 @@ __all__ = [
     "scalar",
     "tag",
     "text",
+    "video_axes",
 ]

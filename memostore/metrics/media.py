@@ -20,34 +20,20 @@ draws with Pillow.
 from __future__ import annotations
 
 import time
-import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import context
-from ..errors import MemostoreWarning
-from . import convert, media_encode
+from . import convert, inputs, media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG, GRAPH_TAG, SCALAR_STYLE
+from .writer_base import _step, _warn_once
 
 if TYPE_CHECKING:
     from .journal import Journal
 
-_warned: set[Any] = set()
 # Journal -> the (tag, style) pairs already journaled there: one event per pair.
 _styles: weakref.WeakKeyDictionary[Journal, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
-
-
-def _warn_once(key: Any, message: str) -> None:
-    if key in _warned:
-        return
-    _warned.add(key)
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=4)
-
-
-def _step(step: Any) -> int:
-    # TensorBoard records a missing step as 0.
-    return 0 if step is None else int(step)
 
 
 def _wall(walltime: Any) -> float:
@@ -146,7 +132,14 @@ class MediaMethods:
         dataformats: str = "CHW",
         labels: Sequence[str] | str | None = None,
     ) -> None:
-        """Log an image with boxes ``[x1, y1, x2, y2]`` drawn in red, labelled if *labels* fit."""
+        """Log an image with boxes ``[x1, y1, x2, y2]`` drawn in red, labelled if *labels* fit.
+
+        tensorboardX's order ``(..., walltime, dataformats, labels, rescale=)`` works too.
+        """
+        if isinstance(rescale, str):  # tensorboardX's order: dataformats where torch has rescale
+            if dataformats != "CHW":
+                labels = dataformats  # the labels, given in tensorboardX's position
+            rescale, dataformats = 1, rescale
         if labels is not None:
             if isinstance(labels, str):
                 labels = [labels]
@@ -194,8 +187,14 @@ class MediaMethods:
         global_step: int | None = None,
         fps: float = 4,
         walltime: float | None = None,
+        dataformats: str = "NTCHW",
     ) -> None:
-        """Log ``(N, T, C, H, W)`` videos, tiled into one animated GIF (needs moviepy)."""
+        """Log ``(N, T, C, H, W)`` videos, tiled into one animated GIF (needs moviepy).
+
+        tensorboardX's ``dataformats`` names the axes of other layouts (``"NTHWC"``).
+        """
+        if dataformats != "NTCHW":
+            vid_tensor = inputs.video_axes(vid_tensor, dataformats)
         frames = media_encode.video_frames(vid_tensor)
         gif, why = media_encode.gif_bytes(frames, fps)
         if gif is None:
@@ -319,8 +318,13 @@ class MediaMethods:
         }
         self._keep("add_graph", {"kind": "graph", "tag": GRAPH_TAG}, None, None, blobs)
 
-    def add_onnx_graph(self, prototxt: Any) -> None:
-        """Log the graph of an ONNX model file, converted by torch's own code (needs onnx)."""
+    def add_onnx_graph(self, prototxt: Any = None, *, onnx_model_file: Any = None) -> None:
+        """Log the graph of an ONNX model file, converted by torch's own code (needs onnx).
+
+        ``onnx_model_file`` is tensorboardX's name for *prototxt*.
+        """
+        if prototxt is None:
+            prototxt = onnx_model_file
         try:
             from torch.utils.tensorboard._onnx_graph import load_onnx_graph
         except ImportError as exc:

@@ -46,6 +46,7 @@ from ..transport import (
 )
 from ..trust import origin_sync
 from .config import RemoteConfig, get_remote, open_remote
+from .salvage import Damage
 from .selection import select_refs, target_problem
 from .transfer import (
     CorruptRemoteObject,
@@ -441,27 +442,36 @@ def pull_refs(
         if problem is not None:
             report.skipped[name] = problem
             del to_set[name]
+    # An object damaged or missing deep in one ref's tree skips that ref, not the pull.
+    damage = Damage()
+    read_checked = damage.reading(read_doc)
     plan = plan_transfer(
         {value for _, value in to_set.values()},
         local_presence(store.objects),
-        lambda ids: _parallel(pool, read_doc, ids),
+        lambda ids: [d for d in _parallel(pool, read_checked, ids) if d is not None],
         transport.url,
     )
+    sizes = {i: len(d.data) for i, d in plan.docs.items()}
+    blob_size = damage.sizing(lambda b: transport.stat(object_name(b)))
+    sizes.update(_by_key(pool, blob_size, sorted(plan.blobs)))
+    _skip_damaged(report, to_set, damage.roots_reaching(plan, roots))
+    damage.keep_only(plan, {value for _, value in to_set.values()})
     # Recorded, durably, before any of them arrives: pickled code in them is loaded
     # only while their remote is trusted (see memostore/trust/origins.py).
     origin_sync.record_pull(store, transport, plan, pool)
-    sizes = {i: len(d.data) for i, d in plan.docs.items()}
-    blobs = sorted(plan.blobs)
-    sizes.update(_by_key(pool, lambda b: _remote_size(transport, b), blobs))
-    progress.start(len(plan), sum(sizes.values()))
+    progress.start(len(plan), sum(sizes.get(i, 0) for i in (*plan.docs, *plan.blobs)))
 
     def move(object_id: str) -> bool:
         return download(store.objects, transport, plan, object_id, sizes[object_id])
 
     try:
-        report.objects, report.bytes = run_waves(pool, plan, move, sizes, progress)
+        report.objects, report.bytes = run_waves(
+            pool, plan, damage.moving(plan, move), sizes, progress
+        )
     finally:
         progress.finish()
+    # Blobs are verified as they arrive: one found corrupt skips the refs above it.
+    _skip_damaged(report, to_set, damage.roots_reaching(plan, roots))
     store.objects.sync()  # objects durable before any ref names them
     names = sorted(to_set)
     outcomes = [_set_local_ref(store, n, *to_set[n], force) for n in names]
@@ -486,14 +496,18 @@ def _root_doc(read_doc: Callable[[str], Doc], object_id: str) -> Doc | str:
         return f"its object {object_id} is damaged on the remote ({exc})"
 
 
-def _remote_size(transport: Transport, object_id: str) -> int:
-    size = transport.stat(object_name(object_id))
-    if size is None:
-        raise RemoteError(
-            f"object {object_id} is missing on {transport.url} although an object there "
-            "links to it; the remote is damaged: push again from a store that has it"
-        )
-    return size
+def _skip_damaged(
+    report: SyncReport, to_set: dict[str, tuple[str | None, str]], damaged: dict[str, str]
+) -> None:
+    """Move the refs whose trees hold a damaged object from *to_set* to ``skipped``."""
+    for name, (_, value) in list(to_set.items()):
+        reason = damaged.get(value)
+        if reason is not None:
+            report.skipped[name] = (
+                f"{reason}, below the object it names; nothing of it was set. Push it "
+                "again from a store that has a sound copy, then pull again"
+            )
+            del to_set[name]
 
 
 def _set_local_ref(store: Store, name: str, old: str | None, new: str, force: bool) -> str:

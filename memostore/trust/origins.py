@@ -17,8 +17,10 @@ One journal file per pull and source, written whole (temp file, fsync,
 rename) before the pull's first object arrives: a pull costs one more file
 and fsync however many objects it brings, and a pull killed half-way and run
 again, which skips the objects already present, finds them recorded.
-Writers never share a file, so concurrent pulls never conflict. Records are
-never removed (gc leaves them): a stale one can only make the store refuse
+Writers never share a file, so concurrent pulls never conflict. ``gc``
+forgets the ids of the objects it deleted (:func:`forget`), so that the
+records do not grow forever and an object written again here later is not
+taken for a pulled one; a record left stale can only make the store refuse
 an object, never trust one.
 
 Reading maps each journal once per process and bisects it (lines have one
@@ -211,6 +213,75 @@ def _write_once(root: Path, name: str, data: bytes, *, replace: bool) -> None:
     fsync_dir(final.parent.parent)
 
 
+# -- forgetting -----------------------------------------------------------------------------
+def forget(store: Store, deleted: Iterable[str], older_than: float) -> int:
+    """Drop the records of objects gc deleted; return how many journals were rewritten.
+
+    An id is dropped only while its object is absent (a pull or a call may
+    have written it again since gc deleted it: its record then stays), and only
+    from journals written before *older_than* (a Unix time: gc's grace period).
+    A younger journal may belong to a pull still running, which writes an
+    object after its journal: dropping the id first would leave that object
+    with no record, taken for this machine's own. A pull that runs longer than
+    the grace period is exposed the same way gc already exposes its objects.
+
+    A journal is rewritten under a new name (temp file, fsync, rename) before
+    the old one is removed, so a reader always sees the id in one of them or,
+    once both steps are done, in neither.
+    """
+    gone = {i for i in deleted if is_object_id(i)}
+    if not gone:
+        return 0
+    if store.root is None:
+        with _lock:
+            memory = _memory.get(store.objects)
+            for object_id in gone if memory is not None else ():
+                if not store.objects.contains(object_id):
+                    memory.by_id.pop(object_id, None)
+        return 0
+    rewritten = 0
+    for key in recorded_sources(store.root):
+        directory = store.root / ORIGINS_DIR / key
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if _forget_in(store, store.root, key, entry, gone, older_than):
+                rewritten += 1
+    return rewritten
+
+
+def _forget_in(
+    store: Store,
+    root: Path,
+    key: str,
+    entry: os.DirEntry[str],
+    gone: set[str],
+    older_than: float,
+) -> bool:
+    """Rewrite one journal without the ids of *gone* whose objects are absent."""
+    name = entry.name
+    if not name.endswith(JOURNAL_SUFFIX) or name.startswith("."):
+        return False
+    try:
+        if entry.is_symlink() or entry.stat(follow_symlinks=False).st_mtime >= older_than:
+            return False
+        with open(entry.path, "rb") as f:
+            ids = parse_journal(f.read())
+    except OSError:
+        return False
+    keep = [i for i in ids if i not in gone or store.objects.contains(i)]
+    if len(keep) == len(ids):
+        return False
+    if keep:
+        _write_once(root, journal_name(key), journal_bytes(keep), replace=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(entry.path)
+    fsync_dir(Path(entry.path).parent)
+    return True
+
+
 # -- reading --------------------------------------------------------------------------------
 class _Journal:
     """One journal file, mapped: bisected for an id without reading it whole."""
@@ -304,12 +375,19 @@ def _journals_of(directory: Path) -> list[_Journal]:
     if cached is not None:
         return list(cached.values())
     previous = _journals.get(directory)
-    known = dict(previous[1]) if previous is not None else {}  # journals never change
+    # A journal never changes under its name (gc writes a new one): reuse the mapped
+    # ones still listed, drop those gc removed.
+    before = previous[1] if previous is not None else {}
+    known: dict[str, _Journal] = {}
     for entry in os.scandir(directory):
         name = entry.name
-        if name.endswith(JOURNAL_SUFFIX) and not name.startswith(".") and name not in known:
-            with contextlib.suppress(OSError):
-                known[name] = _Journal(Path(entry.path))
+        if not name.endswith(JOURNAL_SUFFIX) or name.startswith("."):
+            continue
+        if name in before:
+            known[name] = before[name]
+            continue
+        with contextlib.suppress(OSError):
+            known[name] = _Journal(Path(entry.path))
     with _lock:
         _journals[directory] = (stamp, known)
     return list(known.values())
