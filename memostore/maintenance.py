@@ -27,9 +27,12 @@ from typing import TYPE_CHECKING, Any
 from . import index
 from .checkouts import CHECKOUTS_DIRNAME
 from .errors import MalformedObject, MemostoreError, ObjectNotFound
+from .inside import links_in
+from .leases import LEASES_DIRNAME, remove_stale_leases
 from .objects import Doc, is_doc_bytes, is_object_id, new_hasher
 from .packs import PACK_MAX_BYTES, Pack
 from .sweep import is_hidden, remove_checkout_leftovers, remove_lock_leftovers, remove_old_files
+from .trust.origins import forget as forget_origins
 
 # gc merges packs smaller than this once there are MERGE_MIN_PACKS of them, into
 # packs of at most PACK_MAX_BYTES (see _merge_small_packs).
@@ -57,7 +60,7 @@ def _no_progress(phase: str, done: int, total: int | None) -> None:
 class Problem:
     """One thing fsck found wrong."""
 
-    kind: str  # "object", "pack", "ref", "pending" or "config"
+    kind: str  # "object", "pack", "ref", "pending", "config" or "link"
     name: str  # object id, pack file name, ref name or file name
     message: str
     path: str | None = None
@@ -104,6 +107,7 @@ class GcReport:
     index_entries: int | None = None
     packs_merged: int = 0
     packs_quarantined: int = 0
+    origins_rewritten: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -250,6 +254,29 @@ def _check_local_files(store: Store, report: FsckReport) -> None:
             store.read_config()
         except MemostoreError as exc:
             report.problems.append(Problem("config", "config.json", str(exc)))
+    if store.root is not None:
+        _check_links(store.root, report)
+
+
+def _check_links(root: Path, report: FsckReport) -> None:
+    """Report every symbolic link in ``objects/`` and ``refs/``: memostore never follows one.
+
+    A link at a ref's own name is reported by the ref check already.
+    """
+    for path, target in links_in(str(root), ("objects", "refs")):
+        rel = os.path.relpath(path, root)
+        if rel.startswith("refs" + os.sep) and not os.path.isdir(path):
+            continue
+        report.problems.append(
+            Problem(
+                "link",
+                rel.replace(os.sep, "/"),
+                f"a symbolic link to {target}, never followed; what lies behind it is not "
+                "part of the store: replace it with a plain directory or file (or delete "
+                "it) and check who made it",
+                path,
+            )
+        )
 
 
 def _broken_below(
@@ -438,6 +465,8 @@ def gc(
     for pack, garbage in packed_garbage.values():
         _sweep_pack(store, pack, garbage, now - grace_s, dry_run, report, kept)
     if not dry_run:
+        # After the sweep: a record goes only once its object is gone.
+        report.origins_rewritten = forget_origins(store, report.deleted, now - grace_s)
         report.packs_merged = _merge_small_packs(store, now - grace_s)
         quarantine = getattr(store.objects, "quarantine_damaged_packs", None)
         report.packs_quarantined = quarantine() if quarantine is not None else 0
@@ -458,6 +487,13 @@ def gc(
         )
         report.tmp_removed += leftovers
         report.tmp_bytes += leftover_bytes
+        # Leases of memoised calls whose holder is gone (leases.py), and their lock leftovers.
+        for removed in (
+            remove_stale_leases(str(store.root), now - grace_s, dry_run),
+            remove_lock_leftovers(store.root / LEASES_DIRNAME, now - grace_s, dry_run),
+        ):
+            report.tmp_removed += removed[0]
+            report.tmp_bytes += removed[1]
         # Half-written pending markers of killed writers (hidden temp files).
         leftovers, leftover_bytes = remove_old_files(
             store.root / "pending", now - grace_s, dry_run, is_hidden

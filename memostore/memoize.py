@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from . import context, hits, recording, verbose
+from . import context, hits, recording, single_flight, verbose
 from .decoding import Decoder
 from .effects import rng
 from .effects.arguments import MISSING, Watched
@@ -46,6 +46,7 @@ from .evaluation import Evaluation, eval_ref_name, scalar_hparams
 from .hashcache import digest_cache, lineage_cache
 from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
 from .store import Store
+from .trust.errors import UntrustedCode
 
 __all__ = ["MemoizedFunction", "call_key", "memo"]
 
@@ -96,6 +97,7 @@ class MemoizedFunction:
         version: str | None = None,
         store: Store | str | os.PathLike[str] | None = None,
         rng: str = "track",
+        wait: bool | float = True,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@memo needs a function, got {fn!r}")
@@ -118,6 +120,7 @@ class MemoizedFunction:
                 "RNG where the body did) or rng='ignore' (RNG states are neither keyed nor set)"
             )
         self._track_rng = rng == "track"
+        self._wait = single_flight.check_wait(wait)
         self._version = None if version is None else str(version)
         self.version = self._version
         self._store = store
@@ -226,6 +229,19 @@ class MemoizedFunction:
             return self._fn(*args, **kwargs)
         ref = eval_ref_name(self.symbol, call.key)
         hit = self._restore(store, ref, call)
+        flight = None
+        if not isinstance(hit, hits.Hit) and self._wait is not False:
+            # Only after a miss: another caller computing this key is waited for.
+            flight = single_flight.begin(
+                store,
+                ref,
+                self.symbol,
+                call.key,
+                self._wait,
+                lambda: self._restore(store, ref, call),
+            )
+            if flight.hit is not None:
+                hit = flight.hit
         if isinstance(hit, hits.Hit):
             try:
                 result = hit.commit()
@@ -240,9 +256,11 @@ class MemoizedFunction:
             if verbose.enabled():
                 verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
             return result
-        if verbose.enabled():
-            verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
-        return self._compute(store, call, args, kwargs)
+        with flight or contextlib.nullcontext():
+            # The lease (if held) goes once the evaluation is recorded, result or failure.
+            if verbose.enabled():
+                verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
+            return self._compute(store, call, args, kwargs)
 
     def _miss_reason(self, store: Store, call: KeyedCall) -> str:
         try:
@@ -309,6 +327,11 @@ class MemoizedFunction:
             if exc.warn:
                 _warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
             return exc.reason
+        except UntrustedCode as exc:
+            # Before StaleCode, its base: the gate has warned (once) with the fix; the
+            # reason must not blame a code change the user cannot find.
+            fix = f"; {exc.fix}" if exc.fix else ""
+            return f"the stored value is untrusted: it needs {exc.symbol}{fix}"
         except StaleCode as exc:
             return f"code a stored value needs has changed ({exc})"
         except ObjectNotFound as exc:
@@ -459,6 +482,7 @@ def memo(
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
     rng: str = "track",
+    wait: bool | float = True,
 ) -> Callable[[F], F]: ...
 
 
@@ -470,6 +494,7 @@ def memo(
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
     rng: str = "track",
+    wait: bool | float = True,
 ) -> Any:
     """Memoise a function in the store.
 
@@ -487,6 +512,11 @@ def memo(
             numpy's, ``random``'s) hits only when that RNG is in the state the
             stored call started from, and a hit leaves it where the body left it;
             ``"ignore"``: global RNGs are neither part of the key nor set by a hit.
+        wait: single-flight (``docs/clusters.md``): a miss on a call that another
+            live process (or thread) is computing waits for its result and returns
+            it as a hit. True (default): wait as long as that caller lives; a
+            number: wait at most that many seconds, then compute; False: compute
+            at once, as if no one else were.
 
     Returns:
         A callable with the function's name and docstring, ``__wrapped__``,
@@ -500,7 +530,7 @@ def memo(
 
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoizedFunction(
-            f, ignore=ignore, files=files, version=version_text, store=store, rng=rng
+            f, ignore=ignore, files=files, version=version_text, store=store, rng=rng, wait=wait
         )
 
     if fn is not None:

@@ -12,6 +12,7 @@ Layout of a store directory (``docs/format.md``)::
       tmp/              temp files of writes in progress
       journal/          metric journals of evaluations in progress
       pending/          roots of evaluations in progress (kept by gc)
+      leases/           who computes which call right now (single-flight: leases.py)
       checkouts/        copies of restored snapshots and dataset tables (a cache)
       quarantine/       objects that failed their digest check
 """
@@ -270,9 +271,9 @@ def _initialise(root: Path) -> None:
     for sub in ("objects", "refs", "tmp"):
         (root / sub).mkdir(exist_ok=True)
     fmt = root / "FORMAT"
-    tmp = root / f"FORMAT.{os.getpid()}.tmp"
+    tmp = root / f"FORMAT.{os.getpid()}.{threading.get_ident()}.tmp"
     tmp.write_text(FORMAT_LINE)
-    # Several processes may create the same store at once: each writes the same
+    # Several processes (and threads) may create the same store at once: each writes the same
     # content, and the rename makes the file appear whole.
     os.replace(tmp, fmt)
 

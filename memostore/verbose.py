@@ -6,6 +6,9 @@ go to standard error, as joblib's ``verbose`` does::
 
     memostore: train: hit 3f2a9c1d (saved 19.5 s)
     memostore: train: miss 8be0d2a7 (lr changed)
+
+Single-flight waits and take-overs (``single_flight.py``) are always reported,
+verbose or not: a call waiting for another process would otherwise look hung.
 """
 
 from __future__ import annotations
@@ -51,3 +54,8 @@ def report_hit(symbol: str, evaluation_id: str, body: dict[str, Any]) -> None:
 
 def report_miss(symbol: str, key: str, reason: str) -> None:
     _emit(f"{_name(symbol)}: miss {key[:8]} ({reason})")
+
+
+def report_single_flight(symbol: str, text: str) -> None:
+    """Say that a call waits for another caller, or computes after all (always printed)."""
+    _emit(f"{_name(symbol)}: {text}")

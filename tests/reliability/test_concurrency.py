@@ -8,9 +8,10 @@ unreachable from any ref for a while and only the pending roots keep them.
 No call may warn or fail, every value must be right, every computed key must
 hit afterwards, and fsck must be clean.
 
-Single-flight (one process computing a key while the others wait) is not done:
-see ``docs/reliability.md``. Concurrent computations of one key produce equal
-objects, which are deduplicated by their ids; the last ref written wins.
+Processes that miss on a key another one is computing wait for its result
+(single-flight, ``docs/clusters.md``); where two compute one key all the same
+(a lease taken over, a result published between a lookup and a lease), they
+produce equal objects, deduplicated by their ids, and the last ref written wins.
 
 Counts: ``MEMOSTORE_RELIABILITY_PROCS`` (default 8) and
 ``MEMOSTORE_RELIABILITY_CALLS`` (calls per process, default 50).
