@@ -60,3 +60,19 @@ def test_import_memostore_loads_neither_torch_nor_codecs() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_every_package_is_listed_for_the_wheel() -> None:
+    # pyproject lists its packages by hand (the CLI's directory is mapped to another
+    # name): a sub-package missing there is missing from every non-editable install.
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    mapped = {v: k for k, v in config.get("package-dir", {}).items()}
+    found = set()
+    for top in ("memostore", "torch_codecs", "cli"):
+        for init in (REPO / top).rglob("__init__.py"):
+            parts = list(init.parent.relative_to(REPO).parts)
+            parts[0] = mapped.get(parts[0], parts[0])
+            found.add(".".join(parts))
+    assert found == listed, f"missing: {sorted(found - listed)}, stale: {sorted(listed - found)}"

@@ -1,0 +1,211 @@
+"""The dashboard's web application: routes, static files and the server.
+
+Every route is a GET that reads; none writes to the store. Request
+parameters never become file paths: ids are checked to be hex digests and
+passed to the store's API, tags are looked up in logs manifests, and the
+static files are a fixed table of names.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from .queries import BadRequest, Catalog, check_id
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+STATIC = Path(__file__).resolve().parent / "static"
+_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+
+def _plotly_js() -> Path:
+    """plotly.min.js as the plotly package ships it (found without importing plotly)."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the plotly package is not installed: pip install 'memostore[ui]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+
+
+def static_files() -> dict[str, Path]:
+    """The only files the server sends: name -> path."""
+    files = {p.name: p for p in STATIC.iterdir() if p.suffix in _TYPES}
+    files["plotly.min.js"] = _plotly_js()
+    return files
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+class _JSON(JSONResponse):
+    """JSON with NaN and infinities as null (browsers reject them otherwise)."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            text = json.dumps(content, allow_nan=False, separators=(",", ":"), default=str)
+        except ValueError:
+            text = json.dumps(_finite(content), separators=(",", ":"), default=str)
+        return text.encode("utf-8")
+
+
+def _answer(handler: Callable[[Request], Any]) -> Callable[[Request], Response]:
+    """A route from a function returning data: JSON, or the BadRequest as an error."""
+
+    def endpoint(request: Request) -> Response:
+        try:
+            result = handler(request)
+        except BadRequest as exc:
+            return _JSON({"error": str(exc)}, status_code=exc.status)
+        return result if isinstance(result, Response) else _JSON(result)
+
+    return endpoint
+
+
+def _window(params: Any) -> tuple[float, float] | None:
+    lo, hi = params.get("from"), params.get("to")
+    if lo in (None, "") or hi in (None, ""):
+        return None
+    try:
+        x0, x1 = float(lo), float(hi)
+    except ValueError as exc:
+        raise BadRequest("from and to must be numbers") from exc
+    if not (math.isfinite(x0) and math.isfinite(x1)) or x1 < x0:
+        raise BadRequest("from and to must be finite, from <= to")
+    return x0, x1
+
+
+def _after(text: str | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part:
+            continue
+        run, _, count = part.partition(":")
+        if not count.isdigit():
+            raise BadRequest("after is ID:COUNT,...")
+        out[check_id(run)] = int(count)
+    return out
+
+
+def allowed_hosts(host: str) -> list[str]:
+    """The Host headers the server answers: a page of another site that resolves its own
+    name to 127.0.0.1 (DNS rebinding) must not read the store through the browser."""
+    if host in ("0.0.0.0", "::", ""):
+        return ["*"]
+    local = ["127.0.0.1", "localhost", "::1", "[::1]"]
+    return sorted({host, f"[{host}]" if ":" in host else host, *local})
+
+
+def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
+    """The dashboard over *store*, answering requests addressed to *host* (or localhost)."""
+    from . import pages
+
+    catalog = Catalog(store)
+    files = static_files()
+    # Listing a big store reads one manifest per evaluation: start before the first request.
+    threading.Thread(target=catalog.warm, name="memostore-ui-warm", daemon=True).start()
+
+    def index(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        path = files.get(name)
+        if path is None:
+            return Response("not found", status_code=404)
+        return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
+
+    def runs(request: Request) -> Any:
+        return catalog.runs()
+
+    def live(request: Request) -> Any:
+        return {"rows": [catalog.running_row(r) for r in catalog.running()]}
+
+    def chart(request: Request) -> Any:
+        params = request.query_params
+        ids = [check_id(i) for i in params.get("ids", "").split(",") if i]
+        tag = params.get("tag")
+        if not tag:
+            raise BadRequest("tag is required")
+        smoothing = params.get("smooth", "none")
+        try:
+            weight = float(params.get("weight", "0"))
+            buckets = int(params.get("buckets", "800"))
+        except ValueError as exc:
+            raise BadRequest("weight and buckets must be numbers") from exc
+        if smoothing not in ("none", "ema", "tw-ema") or not 0.0 <= weight < 1.0:
+            raise BadRequest("smooth is none, ema or tw-ema; weight in [0, 1)")
+        return catalog.chart(
+            ids,
+            tag,
+            x_mode=params.get("x", "step"),
+            smoothing=smoothing,
+            weight=weight,
+            window=_window(params),
+            buckets=buckets,
+            after=_after(params.get("after")),
+        )
+
+    def evaluation(request: Request) -> Any:
+        return pages.evaluation_page(catalog, check_id(request.path_params["id"]))
+
+    def events(request: Request) -> Any:
+        params = request.query_params
+        return pages.tag_events(catalog, check_id(params.get("id", "")), params.get("tag", ""))
+
+    def media(request: Request) -> Response:
+        params = request.query_params
+        try:
+            position = int(params.get("i", ""))
+        except ValueError as exc:
+            raise BadRequest("i must be a point's index") from exc
+        data, media_type = pages.media_bytes(
+            catalog, check_id(params.get("id", "")), params.get("tag", ""), position
+        )
+        headers = {"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"}
+        return Response(data, media_type=media_type, headers=headers)
+
+    def diff(request: Request) -> Any:
+        a, b = check_id(request.path_params["a"]), check_id(request.path_params["b"])
+        return pages.diff_page(catalog, a, b)
+
+    def why(request: Request) -> Any:
+        return pages.why_miss_page(catalog, check_id(request.path_params["id"]))
+
+    def lineage(request: Request) -> Any:
+        return pages.lineage(catalog)
+
+    routes = [
+        Route("/", index),
+        Route("/static/{name}", static),
+        Route("/api/runs", _answer(runs)),
+        Route("/api/live", _answer(live)),
+        Route("/api/chart", _answer(chart)),
+        Route("/api/eval/{id}", _answer(evaluation)),
+        Route("/api/events", _answer(events)),
+        Route("/api/media", _answer(media)),
+        Route("/api/diff/{a}/{b}", _answer(diff)),
+        Route("/api/why/{id}", _answer(why)),
+        Route("/api/lineage", _answer(lineage)),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host))]
+    return Starlette(routes=routes, middleware=middleware)

@@ -1,0 +1,50 @@
+"""Serving the dashboard: bind, print the URL, then load the application and serve."""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on *host*:*port* (``port=0``: a free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def url_of(sock: socket.socket, host: str) -> str:
+    """The URL a browser opens for a socket bound by :func:`bind`."""
+    port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/"
+
+
+def serve(store: Store, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Serve the dashboard until interrupted, printing its URL first on its own line.
+
+    The socket listens before the URL is printed and before the web framework
+    is imported: a client that reads the line can connect at once, and its
+    first request is answered as soon as the application has loaded.
+    """
+    sock = bind(host, port)
+    try:
+        print(url_of(sock, host), flush=True)
+        import uvicorn
+
+        from .app import create_app
+
+        config = uvicorn.Config(create_app(store, host), log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

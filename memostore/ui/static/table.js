@@ -1,0 +1,175 @@
+// The runs table: every evaluation, filtered, sorted and paged in the browser.
+"use strict";
+
+ms.table = {
+  rows: [], args: [], tags: [], byId: new Map(),
+  selected: new Set(),
+  sort: { key: "started", desc: true },
+  filter: { fn: "", status: "", args: "", text: "" },
+  page: 0, pageSize: 100,
+  onSelect: () => {},
+};
+
+ms.table.load = function (data) {
+  const t = ms.table;
+  t.rows = data.rows; t.args = data.args; t.tags = data.tags;
+  t.byId = new Map(data.rows.map((r) => [r.id, r]));
+  for (const id of [...t.selected]) if (!t.byId.has(id)) t.selected.delete(id);
+};
+
+// Replace the rows of running evaluations with fresher ones (same ids).
+ms.table.update = function (rows) {
+  const t = ms.table;
+  for (const row of rows) {
+    const old = t.byId.get(row.id);
+    if (old) Object.assign(old, row);
+  }
+};
+
+ms.table.columns = function () {
+  const t = ms.table;
+  const cols = [
+    { key: "select", title: "" },
+    { key: "id", title: "id", get: (r) => r.id },
+    { key: "function", title: "function", get: (r) => ms.fname(r.function) },
+    { key: "status", title: "status", get: (r) => r.status },
+    { key: "started", title: "created", get: (r) => r.started, show: (r) => (r.created || "").slice(0, 19).replace("T", " ") },
+    { key: "duration_s", title: "duration", get: (r) => r.duration_s, show: (r) => ms.duration(r.duration_s), num: true },
+  ];
+  for (const name of t.args) cols.push({ key: "arg:" + name, title: name, get: (r) => r.args[name], num: true });
+  for (const tag of t.tags) {
+    for (const stat of ["last", "min", "max"]) {
+      cols.push({ key: `m:${tag}:${stat}`, title: `${tag} ${stat}`, get: (r) => (r.metrics[tag] || {})[stat], num: true });
+    }
+  }
+  return cols;
+};
+
+// "lr>0.01, epochs=3, model~res": comparisons on argument columns.
+ms.table.parseArgFilter = function (text) {
+  const terms = [];
+  for (const part of text.split(",")) {
+    const m = part.trim().match(/^([^<>=!~]+?)\s*(>=|<=|!=|=|<|>|~)\s*(.*)$/);
+    if (m) terms.push({ name: m[1].trim(), op: m[2], value: m[3].trim() });
+  }
+  return terms;
+};
+
+ms.table.matchTerm = function (row, term) {
+  const value = row.args[term.name];
+  if (value === undefined) return false;
+  const a = Number(value), b = Number(term.value);
+  const numeric = typeof value === "number" && !Number.isNaN(b) && term.value !== "";
+  switch (term.op) {
+    case "=": return numeric ? a === b : String(value) === term.value;
+    case "!=": return numeric ? a !== b : String(value) !== term.value;
+    case "~": return String(value).includes(term.value);
+    case ">": return numeric && a > b;
+    case "<": return numeric && a < b;
+    case ">=": return numeric && a >= b;
+    case "<=": return numeric && a <= b;
+  }
+  return false;
+};
+
+ms.table.visible = function () {
+  const t = ms.table, f = t.filter;
+  const terms = t.parseArgFilter(f.args);
+  const text = f.text.toLowerCase();
+  let rows = t.rows.filter((r) =>
+    (!f.fn || r.function === f.fn) &&
+    (!f.status || r.status === f.status) &&
+    terms.every((term) => t.matchTerm(r, term)) &&
+    (!text || (r.id + " " + r.function + " " + r.status + " " + JSON.stringify(r.args)).toLowerCase().includes(text)));
+  const col = t.columns().find((c) => c.key === t.sort.key);
+  if (col && col.get) {
+    const sign = t.sort.desc ? -1 : 1;
+    const present = rows.filter((r) => col.get(r) !== undefined && col.get(r) !== null);
+    const missing = rows.filter((r) => col.get(r) === undefined || col.get(r) === null);
+    present.sort((x, y) => {
+      const a = col.get(x), b = col.get(y);
+      if (typeof a === "number" && typeof b === "number") return sign * (a - b);
+      return sign * String(a).localeCompare(String(b));
+    });
+    rows = present.concat(missing);  // rows without the value go last either way
+  }
+  return rows;
+};
+
+ms.table.filters = function (onChange) {
+  const t = ms.table;
+  const functions = [...new Set(t.rows.map((r) => r.function))].sort();
+  const statuses = [...new Set(t.rows.map((r) => r.status))].sort();
+  const select = (id, values, key, label) => ms.el("select", {
+    id, onchange: (e) => { t.filter[key] = e.target.value; t.page = 0; onChange(); },
+  }, ms.el("option", { value: "" }, label), values.map((v) => {
+    const option = ms.el("option", { value: v }, key === "fn" ? ms.fname(v) : v);
+    if (t.filter[key] === v) option.selected = true;
+    return option;
+  }));
+  const input = (id, key, placeholder) => ms.el("input", {
+    id, type: "text", placeholder, value: t.filter[key],
+    oninput: (e) => { t.filter[key] = e.target.value; t.page = 0; onChange(); },
+  });
+  return ms.el("div", { class: "filters" },
+    select("filter-function", functions, "fn", "all functions"),
+    select("filter-status", statuses, "status", "all statuses"),
+    input("filter-args", "args", "arguments: lr>0.01, epochs=3"),
+    input("filter-text", "text", "text"),
+    ms.el("button", { id: "compare", onclick: () => {
+      const ids = [...t.selected];
+      if (ids.length === 2) location.hash = `#/diff/${ids[0]}/${ids[1]}`;
+      else alert("select two evaluations to compare");
+    } }, "diff selected (2)"),
+    ms.el("button", { id: "clear", onclick: () => { t.selected.clear(); t.onSelect(); onChange(); } }, "clear selection"));
+};
+
+ms.table.render = function (container) {
+  const t = ms.table;
+  const rows = t.visible();
+  const cols = t.columns();
+  const pages = Math.max(1, Math.ceil(rows.length / t.pageSize));
+  t.page = Math.min(t.page, pages - 1);
+  const shown = rows.slice(t.page * t.pageSize, (t.page + 1) * t.pageSize);
+  const head = ms.el("tr", {}, cols.map((c) => {
+    if (c.key === "select") {
+      return ms.el("th", {}, ms.el("input", { type: "checkbox", title: "select the rows of this page", onchange: (e) => {
+        for (const r of shown) e.target.checked ? t.selected.add(r.id) : t.selected.delete(r.id);
+        t.onSelect(); t.render(container);
+      } }));
+    }
+    const arrow = t.sort.key === c.key ? (t.sort.desc ? " ▼" : " ▲") : "";
+    return ms.el("th", { "data-key": c.key, onclick: () => {
+      t.sort = { key: c.key, desc: t.sort.key === c.key ? !t.sort.desc : false };
+      t.render(container);
+    } }, c.title + arrow);
+  }));
+  const body = shown.map((r) => ms.el("tr", { "data-id": r.id }, cols.map((c) => {
+    if (c.key === "select") {
+      const swatch = ms.el("span", { class: "swatch" });
+      const paint = () => { swatch.style.background = t.selected.has(r.id) ? ms.colorOf(r.id) : "transparent"; };
+      const box = ms.el("input", { type: "checkbox", class: "select", onchange: (e) => {
+        e.target.checked ? t.selected.add(r.id) : t.selected.delete(r.id);
+        paint();
+        t.onSelect();
+      } });
+      box.checked = t.selected.has(r.id);
+      paint();
+      return ms.el("td", {}, box, swatch);
+    }
+    if (c.key === "id") return ms.el("td", {}, ms.el("a", { href: `#/eval/${r.id}` }, ms.short(r.id)));
+    if (c.key === "status") return ms.el("td", { class: "status-" + r.status }, r.status);
+    const value = c.show ? c.show(r) : ms.num(c.get(r));
+    return ms.el("td", { class: c.num ? "num" : "" }, value);
+  })));
+  const pager = ms.el("div", { class: "pager" },
+    ms.el("button", { onclick: () => { t.page = Math.max(0, t.page - 1); t.render(container); } }, "‹"),
+    ms.el("span", { id: "row-count" }, `${rows.length} of ${t.rows.length} evaluations · page ${t.page + 1}/${pages}`),
+    ms.el("button", { onclick: () => { t.page = Math.min(pages - 1, t.page + 1); t.render(container); } }, "›"));
+  // Redrawn on every live refresh: keep the reader's scroll position.
+  const old = container.querySelector(".table-wrap");
+  const wrap = ms.el("div", { class: "table-wrap" },
+    ms.el("table", { class: "runs", id: "runs" }, ms.el("thead", {}, head), ms.el("tbody", {}, body)));
+  container.replaceChildren(pager, wrap);
+  if (old) { wrap.scrollTop = old.scrollTop; wrap.scrollLeft = old.scrollLeft; }
+};

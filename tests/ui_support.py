@@ -1,0 +1,160 @@
+"""Running the dashboard for tests: a real `memostore ui` process and a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# Without these, Chromium on a machine with no network stalls on start-up fetches.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+
+
+@contextmanager
+def ui_server(store: Path, *extra: str) -> Iterator[str]:
+    """`memostore ui --port 0 --store STORE` as a process; yields the URL of its first line."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memostore_cli.main",
+            "--store",
+            str(store),
+            "ui",
+            "--port",
+            "0",
+            *list(extra),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            proc.kill()
+            raise AssertionError(f"no URL printed: {url!r}; stderr: {proc.stderr.read()}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def get_json(url: str) -> tuple[int, Any]:
+    """(status, decoded JSON body) of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        try:
+            return exc.code, json.loads(body)
+        except ValueError:
+            return exc.code, body.decode("utf-8", "replace")
+
+
+@contextmanager
+def browser() -> Iterator[Any]:
+    """A headless Chromium driven by selenium through the system chromedriver."""
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/setup-env installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="ms-ui-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, every: float = 0.05) -> Any:
+    """Poll *predicate* until it returns something truthy; that value, or AssertionError."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except (NoSuchElementException, StaleElementReferenceException):
+            value = None  # the page was redrawn under us: look again
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
+        time.sleep(every)
+
+
+def wait_ready(driver: Any, page: str, timeout: float = 30.0) -> None:
+    """Wait until the page's view says it has drawn *page* (``runs``, ``eval``, ...)."""
+    script = "return document.getElementById('view').dataset.ready"
+    wait_for(lambda: driver.execute_script(script) == page, timeout)
+
+
+def screenshot(driver: Any, tmp_path: Path, name: str, element: Any = None) -> Path:
+    """Save a PNG of the page (or one element) under tmp_path; copied to
+    $MEMOSTORE_UI_SCREENSHOTS as well when that is set (how docs/images/ is refreshed)."""
+    path = tmp_path / name
+    if element is not None:
+        path.write_bytes(element.screenshot_as_png)
+    else:
+        driver.save_screenshot(str(path))
+    target = os.environ.get("MEMOSTORE_UI_SCREENSHOTS")
+    if target:
+        from PIL import Image
+
+        Path(target).mkdir(parents=True, exist_ok=True)
+        # A 64-colour palette keeps the documentation's images small.
+        with Image.open(path) as image:
+            small = image.convert("RGB").quantize(colors=64)
+            small.save(Path(target) / name, optimize=True)
+    return path
+
+
+def color_pixels(png: bytes, color: str, tolerance: int = 40) -> int:
+    """How many pixels of a PNG are within *tolerance* of ``#rrggbb`` (per channel)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.int32)
+    rgb = np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.int32)
+    return int((np.abs(image - rgb).max(axis=2) <= tolerance).sum())
