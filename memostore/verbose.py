@@ -43,7 +43,10 @@ def _name(symbol: str) -> str:
 
 
 def _emit(text: str) -> None:
-    print(f"memostore: {text}", file=sys.stderr, flush=True)
+    # One write per line: print() writes the text and its newline separately, and a
+    # stream that other threads share (a Jupyter kernel's) can split them apart.
+    sys.stderr.write(f"memostore: {text}\n")
+    sys.stderr.flush()
 
 
 def report_hit(symbol: str, evaluation_id: str, body: dict[str, Any]) -> None:

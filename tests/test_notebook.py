@@ -84,10 +84,13 @@ def _run(path: Path, store: Path) -> tuple[list[str], list[str]]:
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             text = output.get("text", "")
-            for line in text.splitlines():
+            if output.get("name") == "stdout":
+                out.extend(text.splitlines())  # what the cells print
+                continue
+            for line in text.splitlines():  # memostore's lines, and any error
                 if line.startswith("memostore: "):
                     calls.append(" ".join(line.split()[1:3]).rstrip(":"))
-                else:
+                elif line.strip():
                     out.append(line)
     return out, calls
 

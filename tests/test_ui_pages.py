@@ -288,10 +288,15 @@ def test_a_live_run_grows_while_another_process_logs(tmp_path: Path) -> None:
             screenshot(driver, tmp_path, "ui-live.png")
             stop.write_text("")
             writer.wait(timeout=60)
+
             # The run ended: the table lists its record instead, the chart keeps its points.
-            wait_for(lambda: not driver.find_elements(By.CSS_SELECTOR, "#runs .status-running"), 20)
-            rows = driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
-            assert len(rows) == 1 and "ok" in rows[0].text
+            # (The running row may go a refresh before the record's row arrives.)
+            def ended() -> bool:
+                rows = driver.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+                running = driver.find_elements(By.CSS_SELECTOR, "#runs .status-running")
+                return not running and len(rows) == 1 and "ok" in rows[0].text
+
+            wait_for(ended, 20)
     finally:
         stop.write_text("")
         writer.wait(timeout=60)

@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -162,7 +163,7 @@ class Catalog:
                 for row, record in zip(rows, records, strict=True):
                     if _has_mappings(record):
                         row["args"] = self._nested_args(record)
-                self._listed, self._listed_token = rows, token
+                self._listed, self._listed_token = rows, None if _racy(token) else token
         live = [self.running_row(r) for r in running]
         rows = sorted(live + rows, key=lambda r: -(r.get("started") or 0.0))
         args: dict[str, None] = {}
@@ -401,6 +402,19 @@ def listing_token(store: Store) -> tuple[Any, ...] | None:
         except OSError:
             found.append((directory, -1))
     return tuple(sorted(found))
+
+
+# A directory changed this recently may change again within the same tick of its
+# file system's clock, leaving its time as it was: such a listing is not reused
+# (the "racy" rule of git's index).
+_RACY_NS = 2_000_000_000
+
+
+def _racy(token: tuple[Any, ...] | None) -> bool:
+    if token is None:
+        return True
+    newest = max((mtime for _, mtime in token), default=-1)
+    return newest >= time.time_ns() - _RACY_NS
 
 
 def _empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
