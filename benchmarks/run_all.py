@@ -83,8 +83,6 @@ TARGETS = (
            "written or verified", "<= 1.2x load_file", ("torch.restore",)),
     Target(15, "The same restore, first hit after a pull", "<= 1.0x load_file + reading every byte",
            ("torch.restore_pulled",)),
-    Target(15, "The same restore, blobs not yet recorded (a copied store)",
-           "<= 1.0x load_file + reading every byte", ("torch.restore_unrecorded",)),
     Target(15, "Store a 1 GiB state_dict on a miss (with verified writes)",
            "<= 1.5x save_file + fsync", ("torch.store",)),
     Target(16, "100,000 add_scalar calls with live visibility on (timer flushes, a follower "
