@@ -16,7 +16,7 @@ import pytest
 
 from memostore.trust.gate import restorable_from_state
 
-from .labkit import Lab, code, lab, plant, reduce, warnings_in
+from .labkit import VICTIM, Lab, code, lab, plant, reduce, warnings_in
 
 __all__ = ["lab"]  # the fixture, imported
 
@@ -47,25 +47,12 @@ def test_a_library_class_that_runs_no_code_of_its_own_restores(lab: Lab) -> None
     assert again.stdout == first.stdout.replace("COMPUTED\n", "")
 
 
-LIBRARY_VICTIM = """
-import sys
-
-import packaging.version  # noqa: F401  (the libraries of the planted classes are in use)
-import pandas  # noqa: F401
-import rich.text  # noqa: F401
-import tqdm  # noqa: F401
-from memostore import memo
-
-
-@memo
-def compute(n):
-    print("COMPUTED")
-    return [n, n + 1]
-
-
-if __name__ == "__main__":
-    print("RESULT", compute(int(sys.argv[1]) if len(sys.argv) > 1 else 3))
-"""
+# The victim, with the libraries of the planted classes in use.
+LIBRARY_VICTIM = VICTIM.replace(
+    "from memostore import memo",
+    "import packaging.version  # noqa: F401\nimport pandas  # noqa: F401\n"
+    "import rich.text  # noqa: F401\nimport tqdm  # noqa: F401\nfrom memostore import memo",
+)
 
 
 @pytest.mark.parametrize(
