@@ -1,0 +1,1 @@
+"""Memoised calls inside torch.distributed jobs: one hit-or-miss decision for all ranks."""
