@@ -90,6 +90,20 @@ TARGETS = (
     Target(16, "100,000 scalars logged live, in the store", "< 1 MB", ("live.size",)),
     Target(16, "add_scalar to visible in show --json from another process",
            "median <= 2 s (TensorBoard: 30 s reload)", ("live.latency",)),
+    Target(17, "Dashboard: start to the scalars of every run served (bench_ui.py --quick: "
+           "10 runs x 5,000 points)", "<= 0.2x TensorBoard", ("ui.scalars",)),
+    Target(17, "Dashboard: runs table drawn in Chromium, server just started "
+           "(10,000 evaluations; --quick: 2,000)", "< 1 s", ("ui.table_page",)),
+    Target(18, "Body runs per key, 8 processes started together on one key (one store; and "
+           "stores sharing only an S3 remote)", "1.0 (wait=False: 8.0)",
+           ("clusters.duplicated_work", "clusters.duplicated_work_s3")),
+    Target(18, "A waiter returns after the holder's result is published", "median < 1 s",
+           ("clusters.waiter_latency", "clusters.waiter_latency_s3")),
+    Target(18, "16 writers x 50 calls with gc looping: results lost, keys computed twice",
+           "none", ("clusters.writers_sound",)),
+    Target(18, "Collective hit-or-miss decision per call inside a torch.distributed job "
+           "(2 gloo ranks, hit of a tiny call, vs the same hit in one process)", "<= 5 ms",
+           ("distributed.decision",)),
 )  # fmt: skip
 
 
@@ -116,6 +130,12 @@ BENCHES = (
           ("--total-mib", "128", "--tensors", "16", "--objects", "2000", "--runs", "2"), "7"),
     Bench("bench_hit_contract.py", (),
           ("--dataset-mb", "64", "--hf-mb", "20", "--model-mib", "32", "--runs", "2"), "14"),
+    # The full size (100 runs x 100,000 points) keeps TensorBoard busy ~25 minutes:
+    # run `python benchmarks/bench_ui.py` alone for it (docs/ui.md has its figures).
+    Bench("bench_ui.py", ("--quick", "--evaluations", "10000"), ("--quick",), "17"),
+    Bench("bench_clusters.py", (),
+          ("--rounds", "1", "--writers", "8", "--calls", "20", "--decisions", "100"), "18"),
+    Bench("bench_distributed.py", (), ("--calls", "200"), "18"),
 )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import click
@@ -30,6 +31,8 @@ _FIELD_KEYS = {
     "function": "function",
     "status": "status",
 }
+# --sort KEY -> the order it lists in unless --sort-order says otherwise.
+SORT_KEYS = {"created": "desc", "last-used": "desc", "duration": "desc", "function": "asc"}
 
 
 @click.command("log")
@@ -62,10 +65,19 @@ _FIELD_KEYS = {
     "'created' or 'duration'.",
 )
 @click.option(
+    "--sort",
+    "sort",
+    type=click.Choice(list(SORT_KEYS)),
+    default=None,
+    help="Sort by creation (newest first), last use (most recent first, with hits and "
+    "last-use columns), duration (longest first) or function name.",
+)
+@click.option(
     "--sort-order",
     type=click.Choice(["asc", "desc"]),
     default=None,
-    help="Order for --sort-by (default asc; newest first without --sort-by).",
+    help="Order for --sort-by (default asc) or --sort (default as it says); "
+    "newest first without either.",
 )
 @click.option("--csv", "table_format", flag_value="csv", default=None, help="Print a CSV table.")
 @click.option("--md", "table_format", flag_value="md", help="Print a Markdown table.")
@@ -78,6 +90,7 @@ def log(
     graph: bool,
     metric_tags: str | None,
     sort_by: str | None,
+    sort: str | None,
     sort_order: str | None,
     table_format: str | None,
 ) -> None:
@@ -87,16 +100,21 @@ def log(
     duration. Evaluations still in progress are listed with status
     ``running`` (and their run id); one whose process died is recorded as
     ``interrupted`` first. With --metrics, --csv or --md, a table with a column
-    per hyper-parameter and per chosen metric.
+    per hyper-parameter and per chosen metric. With --sort last-used, each
+    evaluation's last use and hit count are shown too.
     """
     if as_json and table_format:
         raise click.UsageError("--json cannot be combined with --csv or --md")
+    if sort and sort_by:
+        raise click.UsageError("--sort and --sort-by cannot be combined; choose one")
     if graph and (as_json or table_format):
         raise click.UsageError(
             "--graph draws text; it cannot be combined with --json, --csv or --md"
         )
     out = Output()
     records, problems, running = _records(state, function)
+    # Only where shown or sorted on: a plain listing of a big store does not read the log.
+    uses = _add_last_use(state, records) if as_json or sort == "last-used" else {}
     for evaluation_id, reason in sorted(problems.items()):
         warn(f"evaluation {evaluation_id[:12]} named by a ref cannot be read ({reason})")
     tags = [t.strip() for t in (metric_tags or "").split(",") if t.strip()]
@@ -106,6 +124,9 @@ def log(
     metrics = _MetricCache(state, running)
     if sort_key:
         records = _sorted(records, sort_key, sort_order or "asc", metrics)
+    elif sort:
+        records = _sorted_by(records, sort, sort_order or SORT_KEYS[sort], uses)
+    show_use = sort == "last-used"
     if max_count is None and out.rich and not (as_json or table_format):
         max_count = TERMINAL_DEFAULT_COUNT
     total = len(records)
@@ -118,9 +139,9 @@ def log(
         out.json_list(records)
         return
     if table_format or tags:
-        _print_table(out, records, tags, table_format)
+        _print_table(out, records, tags, table_format, show_use)
     else:
-        _print_lines(out, records, graph)
+        _print_lines(out, records, graph, show_use)
     if total > len(records) and out.rich:
         out.line(f"… {total - len(records)} older; use -n 0 to see all", style="dim")
 
@@ -145,6 +166,47 @@ def _records(
         live = [r.record() for r in running]
         records = sorted(live + records, key=lambda r: -(r.get("started") or 0.0))
     return records, problems, {r.run_id: r for r in running}
+
+
+def _add_last_use(state: State, records: list[dict[str, Any]]) -> dict[str, float]:
+    """Add ``last_used`` and ``hits`` to each record; return last-use times by id.
+
+    An evaluation with no last-use record (made before it was kept, or whose
+    process died before flushing it) was last used when it was created.
+    """
+    from memostore.inspection import iso_time
+    from memostore.lifecycle.last_use import load
+
+    uses = load(state.store)
+    times: dict[str, float] = {}
+    for record in records:
+        use = uses.get(record["id"])
+        started = record.get("started")
+        when = use.last_used if use is not None else started
+        if isinstance(when, (int, float)):
+            times[record["id"]] = when
+        record["last_used"] = iso_time(when)
+        record["hits"] = use.hits if use is not None else 0
+    return times
+
+
+def _sorted_by(
+    records: list[dict[str, Any]], key: str, order: str, uses: dict[str, float]
+) -> list[dict[str, Any]]:
+    """Records sorted by a --sort key; those without the value come last."""
+
+    def value(record: dict[str, Any]) -> Any:
+        if key == "last-used":
+            return uses.get(record["id"])
+        if key == "function":
+            return record.get("function")
+        return record.get("started" if key == "created" else "duration_s")
+
+    present = [r for r in records if _sortable(value(r))]
+    missing = [r for r in records if not _sortable(value(r))]
+    # Stable: evaluations with equal values keep the listing's newest-first order.
+    present.sort(key=value, reverse=order == "desc")
+    return present + missing
 
 
 class _MetricCache:
@@ -246,7 +308,19 @@ def _args_text(record: dict[str, Any]) -> str:
     return ", ".join(f"{name}={text}" for name, text in summary.items())
 
 
-def _print_lines(out: Output, records: list[dict[str, Any]], graph: bool) -> None:
+def _use_text(record: dict[str, Any], table: bool = False) -> list[str]:
+    """The last-use cells of a line (``used 5m ago``, ``3 hits``) or of a table row."""
+    when = record.get("last_used")
+    moment = datetime.fromisoformat(when).timestamp() if isinstance(when, str) else None
+    hits = record.get("hits") or 0
+    if table:
+        return [age(moment), str(hits)]
+    return [f"used {age(moment)}", f"{hits} hit" + ("" if hits == 1 else "s")]
+
+
+def _print_lines(
+    out: Output, records: list[dict[str, Any]], graph: bool, show_use: bool = False
+) -> None:
     from .graph import graph_rows
 
     rows = [
@@ -258,6 +332,7 @@ def _print_lines(out: Output, records: list[dict[str, Any]], graph: bool) -> Non
             age(r.get("started")),
             duration(r.get("duration_s")),
         ]
+        + (_use_text(r) if show_use else [])
         for r in records
     ]
     prefixes = graph_rows(records) if graph else [([], "")] * len(records)
@@ -274,6 +349,7 @@ def _print_lines(out: Output, records: list[dict[str, Any]], graph: bool) -> Non
             out.line(connector.rstrip(), style="yellow")
         status_style = STATUS_STYLE.get(str(record.get("status")), "magenta")
         styles = ["yellow", "bold", None, status_style, "dim", "dim"]
+        styles += ["dim", "cyan"] if show_use else []
         parts: list[tuple[str, str | None]] = [(prefix, "yellow")]
         for i, (cell, style) in enumerate(zip(cells, styles, strict=True)):
             parts.append((cell if i == len(cells) - 1 else cell + "  ", style))
@@ -281,7 +357,11 @@ def _print_lines(out: Output, records: list[dict[str, Any]], graph: bool) -> Non
 
 
 def _print_table(
-    out: Output, records: list[dict[str, Any]], tags: list[str], fmt: str | None
+    out: Output,
+    records: list[dict[str, Any]],
+    tags: list[str],
+    fmt: str | None,
+    show_use: bool = False,
 ) -> None:
     hparams: list[str] = []
     for record in records:
@@ -290,6 +370,8 @@ def _print_table(
                 hparams.append(name)
     stats = ("last", "min")
     columns = ["id", "function", "status", "created", "duration_s" if fmt == "csv" else "duration"]
+    columns += ["last_used", "hits"] if show_use and fmt == "csv" else []
+    columns += ["last used", "hits"] if show_use and fmt != "csv" else []
     columns += hparams + [f"{tag}:{stat}" for tag in tags for stat in stats]
     rows: list[list[Any]] = []
     for r in records:
@@ -300,6 +382,7 @@ def _print_table(
         if fmt == "csv":
             rows.append(
                 [r["id"], r["function"], r.get("status"), r.get("created"), r.get("duration_s")]
+                + ([r.get("last_used"), r.get("hits")] if show_use else [])
                 + [_cell(args.get(h)) for h in hparams]
                 + [_csv_number(v) for v in metric_cells]
             )
@@ -312,6 +395,7 @@ def _print_table(
                     age(r.get("started")),
                     duration(r.get("duration_s")),
                 ]
+                + (_use_text(r, table=True) if show_use else [])
                 + [_cell(args.get(h)) for h in hparams]
                 + [number(v) for v in metric_cells]
             )

@@ -36,14 +36,33 @@ def _size(n: int) -> str:
     return format_bytes(n)
 
 
+class Size(click.ParamType):
+    """Bytes, or a number with a binary unit: ``1000000``, ``500M``, ``50G``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        from memostore.lifecycle.settings import parse_size
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @click.command("gc")
-@click.option("--dry-run", is_flag=True, help="Report what would be freed; delete nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Report what would be evicted and freed; change nothing."
+)
 @click.option(
     "--grace",
     type=Duration(),
     default="1h",
     show_default=True,
-    help="Keep unreachable objects and temp files younger than this (SECONDS or 30m, 1h, 2d).",
+    help="Keep unreachable objects and temp files younger than this (SECONDS or 30m, 1h, 2d); "
+    "evaluations created or used within it are never evicted.",
 )
 @click.option(
     "--quarantine-age",
@@ -52,28 +71,118 @@ def _size(n: int) -> str:
     show_default=True,
     help="Delete damaged objects and packs moved to quarantine/ longer ago than this.",
 )
+@click.option(
+    "--max-size",
+    type=Size(),
+    default=None,
+    help="Evict least recently used evaluations until the store fits in SIZE (500M, 50G, bytes).",
+)
+@click.option(
+    "--keep-last",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Per function, keep only the N most recently used evaluations.",
+)
+@click.option(
+    "--older-than",
+    type=Duration(),
+    default=None,
+    help="Evict evaluations created longer ago than this (e.g. 30d).",
+)
+@click.option(
+    "--unused-for",
+    type=Duration(),
+    default=None,
+    help="Evict evaluations not used (stored or hit) for this long (e.g. 14d).",
+)
+@click.option(
+    "--remote",
+    "remote",
+    default=None,
+    metavar="NAME",
+    help="Run gc and these policies on a remote (name or URL) instead of this store.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @pass_state
-def gc(state: State, dry_run: bool, grace: float, quarantine_age: float, as_json: bool) -> None:
+def gc(
+    state: State,
+    dry_run: bool,
+    grace: float,
+    quarantine_age: float,
+    max_size: int | None,
+    keep_last: int | None,
+    older_than: float | None,
+    unused_for: float | None,
+    remote: str | None,
+    as_json: bool,
+) -> None:
     """Delete objects that no ref reaches, stale temp files and old quarantined objects.
 
     Objects younger than the grace period are kept, so an evaluation another
-    process is recording right now is never broken.
+    process is recording right now is never broken. With --max-size,
+    --keep-last, --older-than or --unused-for, evaluations are evicted first
+    (their refs removed; tagged, running and recent ones never), least
+    recently used first, and the sweep then frees what they alone held.
     """
+    from memostore.lifecycle.eviction import EvictionPolicy
+
+    from .gc_report import print_eviction, print_remote
+
+    policy = EvictionPolicy(max_size, keep_last, older_than, unused_for)
+    out = Output()
+    if remote is not None:
+        from memostore.lifecycle.remote_gc import gc_remote
+
+        remote_report = gc_remote(state.store, remote, policy, grace_s=grace, dry_run=dry_run)
+        if as_json:
+            out.json(remote_report.to_json())
+        else:
+            print_remote(out, remote_report, grace)
+        return
+    eviction = None
+    with out.progress("gc") as progress:
+        if policy.empty:
+            report = _plain_gc(state, grace, dry_run, quarantine_age, progress)
+        else:
+            from memostore.lifecycle.eviction import evict
+
+            eviction = evict(
+                state.store,
+                policy,
+                grace_s=grace,
+                dry_run=dry_run,
+                quarantine_age_s=quarantine_age,
+                progress=progress,
+            )
+            # A dry run removed no ref: its sweep shows today's garbage only.
+            report = eviction.gc or _plain_gc(state, grace, True, quarantine_age, progress)
+    if as_json:
+        data = report.to_json()
+        if eviction is not None:
+            data["eviction"] = {k: v for k, v in eviction.to_json().items() if k != "gc"}
+        out.json(data)
+        return
+    if eviction is not None:
+        print_eviction(out, eviction)
+    _print_gc(out, report, dry_run, grace)
+
+
+def _plain_gc(
+    state: State, grace: float, dry_run: bool, quarantine_age: float, progress: Any
+) -> Any:
     from memostore.maintenance import gc as run_gc
 
-    out = Output()
-    with out.progress("gc") as progress:
-        report = run_gc(
-            state.store,
-            grace_s=grace,
-            dry_run=dry_run,
-            quarantine_age_s=quarantine_age,
-            progress=progress,
-        )
-    if as_json:
-        out.json(report.to_json())
-        return
+    return run_gc(
+        state.store,
+        grace_s=grace,
+        dry_run=dry_run,
+        quarantine_age_s=quarantine_age,
+        progress=progress,
+    )
+
+
+def _print_gc(out: Output, report: Any, dry_run: bool, grace: float) -> None:
     verb = "would free" if dry_run else "freed"
     out.line(
         f"gc: {verb} {len(report.deleted)} object(s) ({_size(report.bytes_freed)}), "

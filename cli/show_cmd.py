@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import click
@@ -42,10 +43,21 @@ def show(state: State, rev: str, as_json: bool) -> None:
     evaluation_id = target or state.resolve(rev)
     # Codec packages are not loaded: summaries must not import torch (see summaries.py).
     record = show_record(state.store, evaluation_id, load_codecs=False)
+    _add_last_use(state, record)
     if as_json:
         out.json(record)
         return
     print_record(out, record, state)
+
+
+def _add_last_use(state: State, record: dict[str, Any]) -> None:
+    """Add ``last_used`` (ISO time) and ``hits``; without a record, its creation and 0."""
+    from memostore.inspection import iso_time
+    from memostore.lifecycle.last_use import load
+
+    use = load(state.store).get(record["id"])
+    record["last_used"] = iso_time(use.last_used if use is not None else record.get("started"))
+    record["hits"] = use.hits if use is not None else 0
 
 
 def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
@@ -73,12 +85,25 @@ def print_record(out: Output, record: dict[str, Any], state: State, live: Any = 
         ("status", status),
         ("created", f"{record.get('created')} ({age(record.get('started'))})"),
         ("duration", duration(record.get("duration_s"))),
+    ]
+    if isinstance(record.get("last_used"), str):
+        hits = record.get("hits") or 0
+        moment = datetime.fromisoformat(record["last_used"]).timestamp()
+        rows.append(
+            (
+                "last used",
+                f"{record['last_used']} ({age(moment)}), {hits} hit{'' if hits == 1 else 's'}",
+            )
+        )
+    rows += [
         ("key", str(record.get("key"))),
     ]
     if record.get("version") is not None:
         rows.append(("version", str(record["version"])))
     if record.get("refs"):
         rows.append(("refs", ", ".join(record["refs"])))
+    if record.get("tags"):
+        rows.append(("tags", ", ".join(record["tags"])))
     out.pairs(rows)
     if status == "running":
         process = record.get("provenance") or {}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import index
 from .errors import MemostoreError
+from .lifecycle.tags import tags_naming
 from .objects import KIND_CODE
 from .revisions import find_function, listed_evaluations
 from .summaries import summarize_arguments, summarize_value
@@ -217,6 +218,7 @@ def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> d
     record["args_id"] = body.get("args")
     record["payloads"] = dict(body.get("payloads") or {})
     record["refs"] = refs_naming(store, evaluation_id, body)
+    record["tags"] = tags_naming(store, evaluation_id)
     if evaluation_id not in entries:
         # Index it while we hold it: later listings need not read it again.
         index.record(store, evaluation_id, body)

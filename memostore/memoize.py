@@ -32,6 +32,7 @@ from typing import Any, TypeVar, overload
 
 from . import context, hits, recording, single_flight, verbose
 from .decoding import Decoder
+from .distributed import calls as ranks
 from .effects import rng
 from .effects.arguments import MISSING, Watched
 from .encoding import Encoder, HashSink
@@ -45,6 +46,7 @@ from .errors import (
 from .evaluation import Evaluation, eval_ref_name, scalar_hparams
 from .hashcache import digest_cache, lineage_cache
 from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
+from .lifecycle import last_use
 from .store import Store
 from .trust.errors import UntrustedCode
 
@@ -98,6 +100,7 @@ class MemoizedFunction:
         store: Store | str | os.PathLike[str] | None = None,
         rng: str = "track",
         wait: bool | float = True,
+        distributed: str = "all",
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@memo needs a function, got {fn!r}")
@@ -121,6 +124,7 @@ class MemoizedFunction:
             )
         self._track_rng = rng == "track"
         self._wait = single_flight.check_wait(wait)
+        self._distributed = ranks.check_mode(distributed)
         self._version = None if version is None else str(version)
         self.version = self._version
         self._store = store
@@ -170,7 +174,7 @@ class MemoizedFunction:
             if len(watched.items) == len(arguments) or not self._skip_unkeyable(watched):
                 raise  # an argument itself cannot be keyed: the caller must know
             return self._prepare(args, kwargs)
-        key = key_with(self._key_tail, code.digest, args_id)
+        key = ranks.rank_key(self._distributed, key_with(self._key_tail, code.digest, args_id))
         return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key)
 
     def _skip_unkeyable(self, watched: Watched) -> bool:
@@ -227,8 +231,11 @@ class MemoizedFunction:
                 "running unstored"
             )
             return self._fn(*args, **kwargs)
+        outcome = ranks.run_call(self, store, call, args, kwargs)  # None: not a job's rank
+        if isinstance(outcome, ranks.Computed):
+            return outcome.result
         ref = eval_ref_name(self.symbol, call.key)
-        hit = self._restore(store, ref, call)
+        hit = self._restore(store, ref, call) if outcome is None else outcome
         flight = None
         if not isinstance(hit, hits.Hit) and self._wait is not False:
             # Only after a miss: another caller computing this key is waited for.
@@ -253,6 +260,7 @@ class MemoizedFunction:
                     f"into its arguments ({type(exc).__name__}: {exc}); they may be partly "
                     "updated: restart from a known state, or call with @memo(...) removed"
                 ) from exc
+            last_use.note_use(store, hit.evaluation_id, hit=True)
             if verbose.enabled():
                 verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
             return result
@@ -370,7 +378,12 @@ class MemoizedFunction:
             return
 
     def _compute(
-        self, store: Store, call: KeyedCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        store: Store,
+        call: KeyedCall,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        body: Callable[..., Any] | None = None,
     ) -> Any:
         ctx = context.EvalContext(
             store=store,
@@ -399,7 +412,7 @@ class MemoizedFunction:
         started = time.time()
         t0 = time.perf_counter()
         try:
-            result = self._fn(*args, **kwargs)
+            result = (body or self._fn)(*args, **kwargs)
         except BaseException as exc:
             context.leave(token)
             if rng_frame is not None:
@@ -483,6 +496,7 @@ def memo(
     store: Store | str | os.PathLike[str] | None = None,
     rng: str = "track",
     wait: bool | float = True,
+    distributed: str = "all",
 ) -> Callable[[F], F]: ...
 
 
@@ -495,6 +509,7 @@ def memo(
     store: Store | str | os.PathLike[str] | None = None,
     rng: str = "track",
     wait: bool | float = True,
+    distributed: str = "all",
 ) -> Any:
     """Memoise a function in the store.
 
@@ -517,6 +532,12 @@ def memo(
             it as a hit. True (default): wait as long as that caller lives; a
             number: wait at most that many seconds, then compute; False: compute
             at once, as if no one else were.
+        distributed: inside an initialised torch.distributed job (``docs/clusters.md``):
+            ``"all"`` (default): one hit-or-miss decision for every rank; on a miss
+            every rank runs the body (it may hold collectives) and rank 0 stores the
+            result; ``"leader"``: rank 0 alone runs a miss, the other ranks receive
+            its result; ``"per_rank"``: each rank's call is its own, keyed with its
+            rank and the world size.
 
     Returns:
         A callable with the function's name and docstring, ``__wrapped__``,
@@ -530,7 +551,14 @@ def memo(
 
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoizedFunction(
-            f, ignore=ignore, files=files, version=version_text, store=store, rng=rng, wait=wait
+            f,
+            ignore=ignore,
+            files=files,
+            version=version_text,
+            store=store,
+            rng=rng,
+            wait=wait,
+            distributed=distributed,
         )
 
     if fn is not None:

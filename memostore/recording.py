@@ -22,6 +22,8 @@ from .encoding import Encoder, StoreSink
 from .errors import EncodeError, MemostoreWarning
 from .evaluation import error_record, eval_ref_name, evaluation_doc, failed_ref_name, summarize
 from .hits import rng_ref_name
+from .lifecycle import last_use
+from .lifecycle.trigger import after_store
 from .objects import Doc
 from .provenance import provenance
 from .store import Store
@@ -178,6 +180,8 @@ def store_result(
         )
         return
     call.stored = doc
+    last_use.note_use(store, doc.id, hit=False)
+    after_store(store)  # a size limit is enforced in the background, at most once a minute
 
 
 def record_failure(

@@ -7,7 +7,11 @@ A revision (REV) is one of:
 * a function name: its newest evaluation. ``module:qualname`` as recorded,
   ``module.qualname``, the bare ``qualname`` or its last component (``train``),
   or a script name for standalone runs (``train.py``);
+* a tag name (``memostore tag``): the evaluation it names;
 * any of these followed by ``~N``: the N-th older evaluation of the same function.
+
+An id prefix wins over a tag, and a tag over a function (tag names are never
+hex digits alone, so the first never hides a tag).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import index
 from .errors import RevisionNotFound
+from .lifecycle.tags import resolve_tag
 from .objects import DOC_PREFIX, KIND_EVALUATION, is_object_id
 from .refs import ref_part
 
@@ -30,7 +35,7 @@ _HEXDIGITS = frozenset("0123456789abcdef")
 _EVALUATION_HEADER = DOC_PREFIX + KIND_EVALUATION.encode("ascii") + b":"
 _HOW_TO_NAME = (
     "name an evaluation by its id, a unique prefix of at least 4 hex digits, "
-    "or a function name (see `memostore log`)"
+    "a function name (see `memostore log`) or a tag name (see `memostore tag`)"
 )
 
 
@@ -194,6 +199,9 @@ def _resolve_base(store: Store, base: str, rev: str) -> str:
             raise AmbiguousRevision(rev, _describe_ids(store, matches))
         if is_object_id(lowered):
             raise RevisionNotFound(f"no evaluation {lowered} in this store; " + _HOW_TO_NAME)
+    tagged = resolve_tag(store, base)  # one ref read
+    if tagged is not None:
+        return tagged
     _, listed, _ = find_function(store, base)
     if listed:
         return listed[0]["id"]  # newest first

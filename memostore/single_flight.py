@@ -15,8 +15,13 @@ does about other callers of the same call key:
   each waiter goes on as a miss, and one of them takes the lease;
 - the same thread asks again inside the body (a re-entrant call): compute, never
   wait on oneself;
-- a rank of an initialised ``torch.distributed`` process group: compute, as
-  every rank did before (a body with collectives needs every rank in it).
+- a rank of an initialised ``torch.distributed`` process group: compute (a body
+  with collectives needs every rank in it); ``distributed/calls.py`` calls
+  :func:`begin` on rank 0 for the whole job instead, the other ranks waiting with it;
+- the store has an auto-fetch remote: the lease is also taken there, for
+  machines that share only that remote (``remote/leases.py``); the holder
+  publishes its stored result there before releasing it if a process on
+  another machine registered as waiting for it, and uploads nothing otherwise.
 
 ``wait`` bounds all this: True waits as long as the holder lives, a number of
 seconds at most that long, then computes. Anything that goes wrong with a lease
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import leases, verbose
+from .distributed.group import acting_alone
 from .errors import MemostoreError
 
 if TYPE_CHECKING:
@@ -85,9 +91,15 @@ class Flight:
         self.hit = hit
         self._lease = lease
         self._local = local
+        self._remote: Any = None  # a lease in a remote (remote/leases.py)
 
-    def release(self) -> None:
-        """Drop the lease and wake this process's waiting threads (idempotent)."""
+    def release(self, stored: bool = False) -> None:
+        """Drop the leases and wake this process's waiting threads (idempotent).
+
+        Args:
+            stored: the body returned; a lease held in a remote first publishes
+                the evaluation the call stored (if any) there, if someone waits.
+        """
         lease, self._lease = self._lease, None
         if lease is not None:
             lease.release()
@@ -98,12 +110,15 @@ class Flight:
                 if _local.get(key) is entry:
                     del _local[key]
             entry.done.set()
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            remote.release(publish=stored)
 
     def __enter__(self) -> Flight:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.release(stored=exc_type is None)
 
 
 def check_wait(wait: Any) -> bool | float:
@@ -169,18 +184,26 @@ def begin(
             if store.root is None:
                 return flight  # threads only: an in-memory store has no other process
             found = _across_processes(store, ref, symbol, key, deadline, restore)
+            if isinstance(found, leases.Lease) or found is None:
+                flight._lease = found
+                # Machines sharing only an auto-fetch remote (nothing without one).
+                from .remote import leases as remote_leases
+
+                found = remote_leases.begin(store, ref, symbol, key, deadline, restore, _say)
+                if isinstance(found, remote_leases.RemoteLease) or found is None:
+                    flight._remote = found
+                    return flight
         except BaseException:
             flight.release()
             raise
-        if isinstance(found, leases.Lease) or found is None:
-            flight._lease = found
-            return flight
         flight.release()
         return Flight(found)
 
 
 def _in_distributed_job() -> bool:
     """Whether this process is a rank of an initialised torch.distributed process group."""
+    if acting_alone():
+        return False  # rank 0 waiting (or leasing) for its whole job: distributed/calls.py
     torch = sys.modules.get("torch")  # never imported here: a job that uses it has
     dist = getattr(torch, "distributed", None) if torch is not None else None
     try:
@@ -216,10 +239,10 @@ def _across_processes(
     except (OSError, MemostoreError, ValueError):
         return None  # no lease can be had here (read-only store, ...): compute as before
     if lease is not None:
-        # Not looked up again: a holder that published and left between our lookup
-        # and this create costs one more computation of a call that took less time
-        # than that gap, cheaper than a second lookup on every miss.
-        return lease
+        # Looked up again under the lease: a holder that published and left between
+        # our lookup and this create would otherwise be computed once more (a ref
+        # read, ~10 us, against the milliseconds a miss takes to store).
+        return _restored_or(lease, restore)
     try:
         return _wait_for_holder(path, root, symbol, key, deadline, restore)
     except (OSError, MemostoreError):

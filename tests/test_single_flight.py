@@ -29,8 +29,9 @@ from memostore.refs import ref_part
 from memostore.store import Store
 
 # The job: `job.py N_BARRIER` waits until N_BARRIER processes are ready, then calls
-# slow(21). SLEEP, FAIL and WAIT come from the environment, which is not part of
-# the key, so every process computes the same call.
+# slow(21). SLEEP, FAIL, GATE and WAIT come from the environment, which is not part
+# of the key, so every process computes the same call. GATE: the body goes on only
+# once that file exists (a test creates it when it has seen the waiters wait).
 JOB = """\
 import os, sys, time
 from pathlib import Path
@@ -55,6 +56,10 @@ if os.environ.get("PRETEND_HOST"):  # judge other leases as a process of another
 def slow(n):
     with open(os.environ["COUNT"], "a") as f:
         f.write(f"{os.getpid()}\\n")
+    gate = os.environ.get("GATE")
+    deadline = time.monotonic() + 120
+    while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(float(os.environ.get("SLEEP", "1")))
     if os.environ.get("FAIL"):
         raise RuntimeError("boom")
@@ -174,7 +179,12 @@ def test_a_killed_holder_is_taken_over_by_exactly_one_waiter(job: Path, tmp_path
 
 
 def test_a_holder_that_raises_lets_the_waiters_compute(job: Path, tmp_path: Path) -> None:
-    holder, waiters = _holder_then_waiters(job, tmp_path, {"SLEEP": "1", "FAIL": "1"}, 2)
+    # The holder raises only once both waiters wait (a fixed sleep loses that race
+    # on a loaded machine, where a waiter can start after the holder has failed).
+    gate = tmp_path / "gate"
+    holder_env = {"SLEEP": "0", "FAIL": "1", "GATE": str(gate)}
+    holder, waiters = _holder_then_waiters(job, tmp_path, holder_env, 2)
+    gate.touch()
     _finish(holder)
     assert holder.returncode != 0 and "RuntimeError: boom" in _stderr(tmp_path, "holder")
     outs = [_finish(p) for p in waiters]

@@ -19,6 +19,7 @@ pytest.importorskip("starlette")
 
 SEED = """
     import math
+    import os
     import numpy as np
     from memostore import memo, SummaryWriter
 
@@ -43,17 +44,20 @@ SEED = """
     data = prepare(10)
     for lr in (0.01, 0.02, 0.05):
         train(data, lr, opt={"name": "sgd", "momentum": 0.9})
-    train(data, 0.05, epochs=4, opt={"name": "adam", "momentum": 0.0})
+    for _ in range(1 + int(os.environ.get("EXTRA_HITS", "0"))):
+        train(data, 0.05, epochs=4, opt={"name": "adam", "momentum": 0.0})
 """
 
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store with 5 evaluations: prepare, and train with 4 argument sets."""
+    """A store with 5 evaluations: prepare, and train with 4 argument sets, each hit since."""
     root = tmp_path_factory.mktemp("ui-store")
     store = root / "store"
     script = write_script(root, "seed.py", SEED)
     run_script(script, env={"MEMOSTORE_DIR": str(store)})
+    # Run again: every call hits once, the adam run twice more.
+    run_script(script, env={"MEMOSTORE_DIR": str(store), "EXTRA_HITS": "2"})
     return store
 
 
@@ -90,6 +94,41 @@ def test_runs_api_flattens_arguments_and_metric_columns(server: str) -> None:
     assert first["args"]["opt.name"] == "sgd" and first["status"] == "ok"
     assert first["metrics"]["loss"]["max"] == pytest.approx(5.0 + math.exp(-0.01 * 123))
     assert first["metrics"]["loss"]["last"] == pytest.approx(math.exp(-0.01 * 299))
+
+
+def test_runs_api_gives_hits_and_last_use(server: str) -> None:
+    rows = _rows(server)
+    hits = {(r["function"].split(":")[-1], r["args"].get("opt.name")): r["hits"] for r in rows}
+    assert hits == {("prepare", None): 1, ("train", "sgd"): 1, ("train", "adam"): 3}
+    for row in rows:  # used (hit) after it was recorded
+        assert row["last_used"] > row["started"] + row["duration_s"]
+    first = get_json(server + "api/runs?limit=2")[1]
+    assert [r["id"] for r in first["rows"]] == [r["id"] for r in rows[:2]]
+    assert first["complete"] is False and first["indexed"] == 5
+    assert [r["hits"] for r in first["rows"]] == [r["hits"] for r in rows[:2]]
+    assert sorted(first["functions"]) == sorted({r["function"] for r in rows})
+
+
+def test_first_page_is_read_from_the_index_without_removed_evaluations(
+    seeded: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    store = tmp_path / "store"
+    shutil.copytree(seeded, store)
+    cli = [sys.executable, "-m", "memostore_cli.main", "--store", str(store)]
+    with ui_server(store) as url:
+        before = get_json(url + "api/runs")[1]["rows"]
+    newest = before[0]["id"]
+    subprocess.run([*cli, "rm", newest], check=True, capture_output=True, timeout=60)
+    with ui_server(store) as url:
+        first = get_json(url + "api/runs?limit=3")[1]
+        rest = get_json(url + "api/runs")[1]
+    # The index still holds the removed evaluation; no ref names it, so no page lists it.
+    assert first["complete"] is False and first["indexed"] == 5
+    assert [r["id"] for r in first["rows"]] == [r["id"] for r in before[1:4]]
+    assert [r["id"] for r in rest["rows"]] == [r["id"] for r in before[1:]]
+    assert first["rows"] == rest["rows"][:3]  # the same rows, whichever way they were read
 
 
 def test_chart_api_downsamples_keeping_the_spike_and_refines_on_zoom(server: str) -> None:
@@ -253,6 +292,18 @@ def test_runs_page_table_filters_sorting_and_charts(server: str, tmp_path: Path)
         assert column() == [0.01, 0.02, 0.05, 0.05]
         driver.find_element(By.CSS_SELECTOR, "#runs th[data-key='arg:lr']").click()
         assert column() == [0.05, 0.05, 0.02, 0.01]
+
+        # Hits and last use are columns, sortable as the others.
+        headers = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#runs th")]
+        hits_at, used_at = headers.index("hits"), headers.index("last used")
+        driver.find_element(By.CSS_SELECTOR, "#runs th[data-key='hits']").click()
+        driver.find_element(By.CSS_SELECTOR, "#runs th[data-key='hits']").click()
+        cells = driver.execute_script(
+            "return [...document.querySelectorAll('#runs tbody tr')]"
+            f".map(tr => [tr.children[{hits_at}].textContent, tr.children[{used_at}].textContent])"
+        )
+        assert [hits for hits, _ in cells] == ["3", "1", "1", "1", "1"]
+        assert all(len(used) == 19 and used[:2] == "20" for _, used in cells)
 
 
 MILLION = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -36,6 +37,18 @@ SEED = """
         writer.add_text("note", f"trained with lr={lr}", 0)
         writer.add_image("sample", np.full((3, 6, 6), 0.5, dtype=np.float32), 0)
         writer.add_hparams({"lr": lr, "opt": "sgd"}, {"hparam/final": 0.25})
+        labels = np.array([0, 0, 1, 1, 0, 1, 1, 0] * 4)
+        for step in range(3):
+            # Better scores step after step: the curves differ per step.
+            scores = np.clip(labels * (0.3 + 0.2 * step) + np.linspace(0, 0.5, 32), 0, 1)
+            writer.add_pr_curve("pr", labels, scores, step, num_thresholds=11)
+        # Two clusters far apart along one direction of 5: PCA's first axis splits them.
+        rng = np.random.default_rng(0)
+        points = rng.normal(0, 0.1, (40, 5))
+        points[20:, 2] += 10.0
+        writer.add_embedding(points, metadata=["near"] * 20 + ["far"] * 20, tag="points")
+        clip = np.sin(np.linspace(0, 2 * np.pi * 440, 8000)).astype(np.float32) * 0.5
+        writer.add_audio("clip", clip, 0, sample_rate=8000)
         writer.close()
         return data * lr
 
@@ -132,10 +145,20 @@ def test_evaluation_page_shows_code_media_histograms_text(server: str, tmp_path:
         kinds = [
             e.get_attribute("data-kind") for e in driver.find_elements(By.CSS_SELECTOR, ".tag-view")
         ]
-        assert sorted(kinds) == ["histogram", "image", "text"]
+        assert sorted(kinds) == [
+            "audio", "embedding", "histogram", "image", "pr_curve", "text"
+        ]  # fmt: skip
         image = driver.find_element(By.CSS_SELECTOR, ".tag-view[data-kind='image'] img")
         wait_for(lambda: driver.execute_script("return arguments[0].naturalWidth", image) == 6)
+        _check_drawn_kinds(driver)
         screenshot(driver, tmp_path, "ui-evaluation.png")
+        if os.environ.get("MEMOSTORE_UI_SCREENSHOTS"):
+            driver.set_window_size(1400, 3400)  # the logged kinds, whole
+            time.sleep(0.5)  # plotly redraws its charts to the new size
+            screenshot(
+                driver, tmp_path, "ui-evaluation-kinds.png", driver.find_element(By.ID, "media")
+            )
+            driver.set_window_size(1400, 1000)
         assert (
             driver.find_element(By.CSS_SELECTOR, ".chart[data-tag='loss']").get_attribute(
                 "data-series"
@@ -153,6 +176,52 @@ def test_evaluation_page_shows_code_media_histograms_text(server: str, tmp_path:
         # Would the next call hit? Checked against today's script, read, not run.
         driver.find_element(By.XPATH, "//button[starts-with(., 'check')]").click()
         wait_for(lambda: "would hit now" in driver.find_element(By.ID, "why").text)
+
+
+def _drawn(driver: object, kind: str) -> object:
+    """The plotly div of a tag view, once plotly has drawn it."""
+    from selenium.webdriver.common.by import By
+
+    selector = f".tag-view[data-kind='{kind}'] .chart"
+    div = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, selector))  # type: ignore[attr-defined]
+    wait_for(lambda: div.get_attribute("data-drawn"))
+    return div
+
+
+def _check_drawn_kinds(driver: object) -> None:
+    """PR curve, embedding, histogram offset view and audio, as drawn in the page."""
+    from selenium.webdriver.common.by import By
+
+    run = driver.execute_script  # type: ignore[attr-defined]
+    # Histograms: one filled outline per step, the last 30 of the 50 logged.
+    ridge = _drawn(driver, "histogram")
+    steps = run("return arguments[0].data.map(t => t.name)", ridge)
+    assert steps == [f"step {s}" for s in range(20, 50)]
+    assert run("return arguments[0].data.every(t => t.fill === 'toself')", ridge)
+    # PR curve: the last step first; the slider shows another step's own curve.
+    pr = _drawn(driver, "pr_curve")
+    assert pr.get_attribute("data-step") == "2"
+    last = run("return arguments[0].data[0].y", pr)
+    slider = driver.find_element(By.CSS_SELECTOR, ".tag-view[data-kind='pr_curve'] .pr-step")  # type: ignore[attr-defined]
+    run("arguments[0].value = '0'; arguments[0].dispatchEvent(new Event('input'))", slider)
+    wait_for(lambda: pr.get_attribute("data-step") == "0")
+    wait_for(lambda: run("return arguments[0].data[0].y", pr) != last)
+    precision = run("return arguments[0].data[0].y", pr)
+    recall = run("return arguments[0].data[0].x", pr)
+    assert len(precision) == len(recall) == 11 and recall[0] == 1.0
+    assert all(0.0 <= p <= 1.0 for p in precision if p is not None)
+    # Embedding: PCA of the stored matrix; its first axis splits the two clusters.
+    points = _drawn(driver, "embedding")
+    groups = run("return arguments[0].data.map(t => [t.name, t.x])", points)
+    assert sorted(name for name, _ in groups) == ["far", "near"]
+    (_, near), (_, far) = sorted(groups)[::-1]
+    assert len(near) == len(far) == 20
+    assert max(near) < min(far) or max(far) < min(near)
+    # Audio: a player whose clip the browser decodes (one second at 8 kHz).
+    audio = driver.find_element(By.CSS_SELECTOR, ".tag-view[data-kind='audio'] audio")  # type: ignore[attr-defined]
+    script = "return arguments[0].readyState >= 1 && arguments[0].duration"
+    duration = wait_for(lambda: run(script, audio), 15)
+    assert abs(duration - 1.0) < 0.01
 
 
 @pytest.mark.slow
@@ -243,7 +312,7 @@ def test_a_live_run_grows_while_another_process_logs(tmp_path: Path) -> None:
     store = tmp_path / "store"
     stop = tmp_path / "stop"
     script = write_script(tmp_path, "live.py", LIVE)
-    env = {**__import__("os").environ, "MEMOSTORE_DIR": str(store)}
+    env = {**os.environ, "MEMOSTORE_DIR": str(store)}
     writer = subprocess.Popen([sys.executable, str(script), str(stop)], env=env, cwd=tmp_path)
     try:
         wait_for(lambda: (store / "journal").is_dir() and any((store / "journal").iterdir()), 60)

@@ -43,6 +43,9 @@ class SummaryWriter(WriterBase, MediaMethods):
     and names the writer's run; the points go to the store, and event files
     are written there only with ``event_files=True`` (:mod:`.event_files`).
     ``write_to_disk=False`` makes a writer that records nothing (tensorboardX's).
+    In a torch.distributed job only rank 0's writers record, as TensorBoard
+    users expect; ``all_ranks=True`` makes every rank's writer record, rank
+    *r* > 0 into the run ``<log_dir>/rank<r>`` (``docs/clusters.md``).
 
     Example:
         >>> from memostore import SummaryWriter   # was: from torch.utils.tensorboard import ...

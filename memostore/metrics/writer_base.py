@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import context
+from ..distributed.group import other_rank
 from ..errors import MemostoreWarning
 from . import event_files as written_through
 from . import runs
@@ -144,9 +145,16 @@ class WriterBase:
         logdir: str | os.PathLike[str] | None = None,
         comet_config: Mapping[str, Any] | None = None,
         event_files: bool | str | None = None,
+        all_ranks: bool = False,
     ) -> None:
         if not log_dir:
             log_dir = logdir or default_log_dir(comment)
+        rank = other_rank()  # not rank 0 of a torch.distributed job: TensorBoard's rank-0 rule
+        if rank is not None:
+            if all_ranks:
+                log_dir = os.path.join(os.fspath(log_dir), f"rank{rank}")
+            else:
+                write_to_disk = False
         self._log_dir = log_dir
         self.purge_step = purge_step
         self.max_queue = max_queue

@@ -231,55 +231,73 @@ def push(
     with _Opened(store, remote, "push") as transport, worker_pool(jobs) as pool:
         report = SyncReport("push", transport.url)
         check_remote_format(transport, create=True)
-        names = sorted(selected)
-        for name in names:
-            try:
-                check_ref_name(name)
-            except RefError:
-                report.skipped[name] = "invalid ref name"
-        names = [n for n in names if n not in report.skipped]
         damaged = getattr(store.refs, "iter_damaged", None)
         for name, reason in damaged() if damaged is not None and not revs else ():
             report.skipped[name] = reason  # ref files that cannot be read: never pushed
-        raws = _by_key(pool, lambda n: read_remote_ref(transport, n), names)
-        to_update: dict[str, str] = {}
-        for name in names:
-            current = parse_ref(raws[name])
-            if current == selected[name]:
-                report.refs_unchanged += 1
-            elif not store.objects.contains(selected[name]):
-                report.skipped[name] = "its evaluation is missing here; run `memostore fsck`"
-            elif current is None or force:
-                to_update[name] = selected[name]
-            else:
-                report.refs_kept.append(name)
-        plan = plan_transfer(
-            to_update.values(),
-            RemotePresence(transport, pool, listing=not isinstance(transport, DirectoryTransport)),
-            lambda ids: _parallel(pool, lambda i: read_local_doc(store.objects, i), ids),
-            str(store.root or "memory store"),
-        )
-        # Objects this store pulled from elsewhere stay theirs on the remote too.
-        origin_sync.send_origins(store, transport, plan, pool)
-        sizes = {i: len(d.data) for i, d in plan.docs.items()}
-        blobs = sorted(plan.blobs)
-        sizes.update(_by_key(pool, _local_size(store), blobs))
-        progress.start(len(plan), sum(sizes.values()))
-        try:
-            report.objects, report.bytes = run_waves(
-                pool, plan, lambda i: upload(store.objects, transport, plan, i), sizes, progress
-            )
-        finally:
-            progress.finish()
-        outcomes = _parallel(
-            pool,
-            lambda n: _push_ref(transport, n, raws[n], to_update[n], force),
-            sorted(to_update),
-        )
-    _tally(report, sorted(to_update), outcomes)
+        push_refs(store, transport, selected, pool, report, force=force, progress=progress)
     report.seconds = time.perf_counter() - started
     _warn_skipped(report)
     return report
+
+
+def push_refs(
+    store: Store,
+    transport: Transport,
+    selected: dict[str, str],
+    pool: Executor,
+    report: SyncReport,
+    *,
+    force: bool = False,
+    progress: TransferProgress | None = None,
+) -> None:
+    """Send the objects of *selected* (ref name -> id) to *transport*, then set the refs.
+
+    The remote's ``FORMAT`` is the caller's to check (:func:`check_remote_format`).
+    """
+    progress = progress or TransferProgress()
+    names = sorted(selected)
+    for name in names:
+        try:
+            check_ref_name(name)
+        except RefError:
+            report.skipped[name] = "invalid ref name"
+    names = [n for n in names if n not in report.skipped]
+    raws = _by_key(pool, lambda n: read_remote_ref(transport, n), names)
+    to_update: dict[str, str] = {}
+    for name in names:
+        current = parse_ref(raws[name])
+        if current == selected[name]:
+            report.refs_unchanged += 1
+        elif not store.objects.contains(selected[name]):
+            report.skipped[name] = "its evaluation is missing here; run `memostore fsck`"
+        elif current is None or force:
+            to_update[name] = selected[name]
+        else:
+            report.refs_kept.append(name)
+    plan = plan_transfer(
+        to_update.values(),
+        RemotePresence(transport, pool, listing=not isinstance(transport, DirectoryTransport)),
+        lambda ids: _parallel(pool, lambda i: read_local_doc(store.objects, i), ids),
+        str(store.root or "memory store"),
+    )
+    # Objects this store pulled from elsewhere stay theirs on the remote too.
+    origin_sync.send_origins(store, transport, plan, pool)
+    sizes = {i: len(d.data) for i, d in plan.docs.items()}
+    blobs = sorted(plan.blobs)
+    sizes.update(_by_key(pool, _local_size(store), blobs))
+    progress.start(len(plan), sum(sizes.values()))
+    try:
+        report.objects, report.bytes = run_waves(
+            pool, plan, lambda i: upload(store.objects, transport, plan, i), sizes, progress
+        )
+    finally:
+        progress.finish()
+    outcomes = _parallel(
+        pool,
+        lambda n: _push_ref(transport, n, raws[n], to_update[n], force),
+        sorted(to_update),
+    )
+    _tally(report, sorted(to_update), outcomes)
 
 
 def _warn_skipped(report: SyncReport) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -139,6 +140,21 @@ def as_bytes_or_path(data: object) -> bytes | Path:
     raise TypeError(f"expected bytes or pathlib.Path, not {type(data).__name__}")
 
 
+@dataclass(frozen=True)
+class Listed:
+    """One name of a listing, with what the remote says of it (None: it cannot say).
+
+    Attributes:
+        name: the name.
+        size: its size in bytes.
+        modified: when it was last written (Unix time, by the remote's clock).
+    """
+
+    name: str
+    size: int | None = None
+    modified: float | None = None
+
+
 class Transport(ABC):
     """Moves named files to and from one remote.
 
@@ -213,6 +229,16 @@ class Transport(ABC):
         In no particular order. ``list("refs/")`` is every ref. Files that are
         not valid names (temporaries, lock files, folder markers) are skipped.
         """
+
+    def scan(self, prefix: str = "") -> Iterator[Listed]:
+        """Like :meth:`list`, with each name's size and modification time where known.
+
+        gc of a remote deletes an unreachable object only once it is older than
+        its grace period, which needs the time. This default knows neither
+        (None); a transport that can tell cheaply overrides it.
+        """
+        for name in self.list(prefix):
+            yield Listed(name)
 
     @abstractmethod
     def delete(self, name: str) -> None:

@@ -31,6 +31,7 @@ from ..errors import LockTimeout
 from ..filecopy import copy_fd
 from ..lockfile import LockFile
 from .base import (
+    Listed,
     NotFoundOnRemote,
     RemoteError,
     RemoteUnreachable,
@@ -323,6 +324,21 @@ class DirectoryTransport(Transport):
         # Walk only the directory the prefix names ("objects/ab" -> objects/).
         start = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         return self._walk(start, prefix)
+
+    def scan(self, prefix: str = "") -> Iterator[Listed]:
+        for name in self.list(prefix):
+            with self._os_errors("inspecting", name):
+                try:
+                    with self._parent(name, create=False) as (dir_fd, leaf):
+                        st = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # deleted since it was listed
+            if stat.S_ISREG(st.st_mode):
+                # ctime too: a pushed object may be a hard link to an old store file,
+                # and linking it changes its ctime only.
+                yield Listed(name, st.st_size, max(st.st_mtime, st.st_ctime))
+            else:
+                yield Listed(name)  # a link: listed (reading it names it), never followed
 
     def _open_dir(self, rel: str) -> int:
         """A descriptor of directory *rel* ("" for the root), walked without links."""

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import (
+    Listed,
     NotFoundOnRemote,
     RemoteError,
     RemoteUnreachable,
@@ -396,6 +397,19 @@ class S3Transport(Transport):
                     # Skip keys no transport could have written ("dir/" markers, "a//b").
                     if is_valid_name(name):
                         yield name
+
+    def scan(self, prefix: str = "") -> Iterator[Listed]:
+        validate_prefix(prefix)
+        base = f"{self.prefix}/" if self.prefix else ""
+        with self._errors("listing", prefix or "/"):
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
+                for item in page.get("Contents", ()):
+                    name = item["Key"][len(base) :]
+                    if is_valid_name(name):
+                        modified = item.get("LastModified")
+                        when = modified.timestamp() if modified is not None else None
+                        yield Listed(name, int(item.get("Size", 0)), when)
 
     def delete(self, name: str) -> None:
         key = self._key(name)

@@ -121,7 +121,7 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
 
     catalog = Catalog(store)
     files = static_files()
-    # Listing a big store reads one manifest per evaluation: start before the first request.
+    # The table's first page is read before the first request asks for it.
     threading.Thread(target=catalog.warm, name="memostore-ui-warm", daemon=True).start()
 
     def index(request: Request) -> Response:
@@ -135,7 +135,12 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
         return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
 
     def runs(request: Request) -> Any:
-        return catalog.runs()
+        limit = request.query_params.get("limit")
+        if limit is None:
+            return catalog.runs()
+        if not limit.isdigit() or not 0 < int(limit) <= 10_000:
+            raise BadRequest("limit is a number of rows, 1 to 10000")
+        return catalog.first_page(int(limit))
 
     def live(request: Request) -> Any:
         return {"rows": [catalog.running_row(r) for r in catalog.running()]}
@@ -184,6 +189,15 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
         headers = {"Cache-Control": "max-age=3600", "X-Content-Type-Options": "nosniff"}
         return Response(data, media_type=media_type, headers=headers)
 
+    def projection(request: Request) -> Any:
+        params = request.query_params
+        try:
+            position = int(params.get("i", ""))
+        except ValueError as exc:
+            raise BadRequest("i must be a point's index") from exc
+        identifier = check_id(params.get("id", ""))
+        return pages.embedding_projection(catalog, identifier, params.get("tag", ""), position)
+
     def diff(request: Request) -> Any:
         a, b = check_id(request.path_params["a"]), check_id(request.path_params["b"])
         return pages.diff_page(catalog, a, b)
@@ -192,7 +206,16 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
         return pages.why_miss_page(catalog, check_id(request.path_params["id"]))
 
     def lineage(request: Request) -> Any:
-        return pages.lineage(catalog)
+        from .lineage import lineage as graph
+
+        params = request.query_params
+        focus = params.get("focus") or None
+        if focus is not None and not all(c in "0123456789abcdef" for c in focus):
+            raise BadRequest("focus is an evaluation id or a prefix of one")
+        depth = params.get("depth", "2")
+        if not depth.isdigit():
+            raise BadRequest("depth is a number of generations")
+        return graph(catalog, focus, int(depth))
 
     routes = [
         Route("/", index),
@@ -203,6 +226,7 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
         Route("/api/eval/{id}", _answer(evaluation)),
         Route("/api/events", _answer(events)),
         Route("/api/media", _answer(media)),
+        Route("/api/projection", _answer(projection)),
         Route("/api/diff/{a}/{b}", _answer(diff)),
         Route("/api/why/{id}", _answer(why)),
         Route("/api/lineage", _answer(lineage)),

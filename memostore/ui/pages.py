@@ -1,9 +1,10 @@
-"""The data of the dashboard's detail pages: one evaluation, a diff, the lineage graph.
+"""The data of the dashboard's detail pages: one evaluation, a diff, why a call would miss.
 
 Each function returns what the matching CLI command computes (through the
 same functions of :mod:`memostore.inspection`, :mod:`memostore.comparison`
 and :mod:`memostore.miss_check`), plus what only a browser can show: the
-source of each code dependency, logged media, histograms and text.
+source of each code dependency, logged media, histograms and text. The
+lineage graph is :mod:`.lineage`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
+from .kinds import embedding_matrix, labels_of, pr_curve_point, projection
 from .queries import BadRequest, flatten
 
 if TYPE_CHECKING:
@@ -122,11 +124,49 @@ def tag_events(catalog: Catalog, identifier: str, tag: str) -> dict[str, Any]:
     start = max(0, len(events) - _MAX_EVENTS)
     shown = []
     for i in range(start, len(events)):
+        if kind == "pr_curve":
+            shown.append(pr_curve_point(events[i]))
+            continue
         event = {k: v for k, v in events[i].items() if not _is_blob_field(k)}
-        if kind in _MEDIA and events[i].get("blob"):
+        if (kind in _MEDIA or kind == "embedding") and events[i].get("blob"):
             event["media"] = i
         shown.append(event)
     return {"kind": kind, "count": len(events), "events": shown}
+
+
+def embedding_projection(
+    catalog: Catalog, identifier: str, tag: str, position: int
+) -> dict[str, Any]:
+    """One embedding point projected to 2-D (see :mod:`.kinds`), with its labels.
+
+    Returns:
+        ``{"step", "shape", "x", "y", "index", "explained", "labels", "label_name"}``;
+        labels (None without metadata) are those of the rows drawn.
+    """
+    kind, events = _events(catalog, identifier, tag)
+    if kind != "embedding" or not 0 <= position < len(events):
+        raise BadRequest(f"no embedding {tag!r} point {position}", 404)
+    event = events[position]
+    blob = event.get("blob")
+    if not isinstance(blob, str):
+        raise BadRequest(f"point {position} of {tag!r} holds no matrix", 404)
+    objects = catalog.store.objects
+    try:
+        matrix = embedding_matrix(event, objects.get_bytes(blob))
+        tsv = event.get("metadata")
+        labels, label_name = labels_of(
+            objects.get_bytes(tsv) if isinstance(tsv, str) else None, matrix.shape[0]
+        )
+    except (MemostoreError, KeyError, ValueError) as exc:
+        raise BadRequest(f"cannot read embedding {tag!r} point {position}: {exc}", 404) from exc
+    drawn = projection(matrix)
+    return {
+        "step": event.get("step"),
+        "shape": list(matrix.shape),
+        **drawn,
+        "labels": None if labels is None else [labels[i] for i in drawn["index"]],
+        "label_name": label_name,
+    }
 
 
 def _is_blob_field(name: str) -> bool:
@@ -213,21 +253,3 @@ def _module_file(module: str, cwd: Any) -> Path | None:
         if os.path.isfile(path):
             return path
     return None
-
-
-def lineage(catalog: Catalog) -> dict[str, Any]:
-    """The evaluations as a graph: ``{"nodes": [...], "edges": [[parent, child], ...]}``."""
-    rows = catalog.runs()["rows"]
-    known = {row["id"] for row in rows}
-    nodes = [
-        {
-            "id": row["id"],
-            "function": row["function"],
-            "status": row["status"],
-            "started": row["started"],
-            "parents": [p for p in row["parents"] if p in known],
-        }
-        for row in rows
-    ]
-    edges = [[p, node["id"]] for node in nodes for p in node["parents"]]
-    return {"nodes": nodes, "edges": edges}

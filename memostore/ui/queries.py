@@ -33,6 +33,8 @@ _EVALUATION_ID = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _SERIES_CACHE = 256
 X_MODES = ("step", "wall", "relative")
+# Rows of the table's first page (the page size of static/table.js).
+FIRST_PAGE = 100
 
 
 class BadRequest(ValueError):
@@ -122,6 +124,8 @@ class Catalog:
         self._nested: dict[str, dict[str, Any]] = {}
         self._listed: list[dict[str, Any]] | None = None
         self._listed_token: tuple[Any, ...] | None = None
+        self._head_lock = threading.Lock()
+        self._head_page: tuple[tuple[Any, ...], dict[str, Any]] | None = None
         self._series: OrderedDict[tuple[str, str], tuple[np.ndarray, ...]] = OrderedDict()
         self._live: dict[str, LiveLogs] = {}
         self._running: dict[str, RunningEvaluation] = {}
@@ -140,17 +144,18 @@ class Catalog:
         """Every evaluation as a table row, newest first, and the table's columns.
 
         Returns:
-            ``{"rows", "args", "tags"}``: each row has ``id``, ``function``,
-            ``status``, ``created``, ``started``, ``duration_s``, ``parents``,
-            ``args`` (flattened) and ``metrics`` (``{tag: {last, min, max, count, kind}}``);
-            ``args`` and ``tags`` list the argument and metric columns.
+            ``{"rows", "args", "tags", "complete": true}``: each row has ``id``,
+            ``function``, ``status``, ``created``, ``started``, ``duration_s``,
+            ``parents``, ``args`` (flattened), ``metrics`` (``{tag: {last, min, max,
+            count, kind}}``), ``hits`` and ``last_used``; ``args`` and ``tags``
+            list the argument and metric columns.
         """
         from ..errors import RevisionNotFound
         from ..inspection import log_records
 
         running = self.running()
-        # One listing at a time: a request arriving during the start-up warm-up
-        # waits for it instead of reading every manifest a second time.
+        # One listing at a time: a request arriving while another lists waits
+        # for it instead of reading every manifest a second time.
         with self._listing_lock:
             token = listing_token(self.store)
             rows = self._listed if token is not None and token == self._listed_token else None
@@ -166,12 +171,88 @@ class Catalog:
                 self._listed, self._listed_token = rows, None if _racy(token) else token
         live = [self.running_row(r) for r in running]
         rows = sorted(live + rows, key=lambda r: -(r.get("started") or 0.0))
-        args: dict[str, None] = {}
-        tags: dict[str, None] = {}
-        for row in rows:
-            args.update(dict.fromkeys(row["args"]))
-            tags.update(dict.fromkeys(t for t, s in row["metrics"].items() if _numeric(s)))
-        return {"rows": rows, "args": list(args), "tags": sorted(tags)}
+        _add_usage(self.store, rows)
+        return {**_columns(rows), "rows": rows, "complete": True}
+
+    def first_page(self, limit: int) -> dict[str, Any]:
+        """The newest *limit* rows, answered before the full listing is read.
+
+        Returns:
+            What :meth:`runs` returns (``"complete": true``) when the full listing
+            is at hand; else the newest rows the index lists (see :mod:`.head`)
+            with ``"complete": false``, ``indexed`` (how many evaluations the index
+            holds) and the ``functions`` and ``statuses`` of all of them.
+        """
+        if self._listing_ready():
+            listing = self.runs()
+            rows = listing["rows"]
+            if len(rows) <= limit:
+                return listing
+            # Sent whole, 10,000 rows take longer to encode and parse than to list.
+            return {
+                **_columns(rows[:limit]),
+                "rows": rows[:limit],
+                "complete": False,
+                "indexed": len(rows),
+                "functions": sorted({str(r["function"]) for r in rows}),
+                "statuses": sorted({str(r["status"]) for r in rows}),
+            }
+        page = self._head(limit)
+        if page is None:
+            return self.runs()
+        running = self.running()
+        rows = [self.running_row(r) for r in running] + page["rows"]
+        _add_usage(self.store, rows)
+        return {
+            **_columns(rows),
+            "rows": rows[:limit],
+            "complete": False,
+            "indexed": page["indexed"] + len(running),
+            "functions": sorted({*page["functions"], *(r["function"] for r in rows)}),
+            "statuses": sorted({*page["statuses"], *(str(r["status"]) for r in rows)}),
+        }
+
+    def _listing_ready(self) -> bool:
+        token = self._listed_token
+        return token is not None and self._listed is not None and token == listing_token(self.store)
+
+    def _head(self, limit: int) -> dict[str, Any] | None:
+        """The first page from the index, kept while the index file is unchanged."""
+        from ..index import index_path
+
+        path = index_path(self.store)
+        try:
+            stat = os.stat(path) if path is not None else None
+        except OSError:
+            stat = None
+        # A removed evaluation leaves its index entry: the refs' times are part of the key.
+        token = listing_token(self.store)
+        signature = (
+            None
+            if stat is None or _racy(token)
+            else (stat.st_ino, stat.st_size, stat.st_mtime_ns, limit, token)
+        )
+        with self._head_lock:
+            cached = self._head_page
+            if signature is not None and cached is not None and cached[0] == signature:
+                return cached[1]
+            from ..inspection import log_record
+            from .head import newest_from_index
+
+            found = newest_from_index(self.store, limit)
+            if found is None:
+                return None
+            rows = []
+            for entry in found["entries"]:
+                record = log_record(entry)
+                row = self._row(record, self._summary(record.get("logs")))
+                if _has_mappings(record):
+                    row["args"] = self._nested_args(record)
+                rows.append(row)
+            page = {**found, "rows": rows}
+            if signature is not None:
+                self._head_page = (signature, page)
+            return page
 
     def running_row(self, run: RunningEvaluation) -> dict[str, Any]:
         """The table row of an evaluation in progress, with the metrics logged so far."""
@@ -232,10 +313,15 @@ class Catalog:
         return cached
 
     def warm(self) -> None:
-        """Read the listing and its metric summaries now (on start-up, in a thread)."""
-        # An error here is reported by the first request, which lists again.
+        """Read the table's first page now (on start-up, in a thread).
+
+        Only the first page: the full listing, a second of work for 10,000
+        evaluations, is read when the page asks for it, once the first page is
+        drawn; read now, it would hold the interpreter while the page loads.
+        """
+        # An error here is reported by the first request, which reads again.
         with contextlib.suppress(MemostoreError, OSError):
-            self.runs()
+            self.first_page(FIRST_PAGE)
 
     # -- series ---------------------------------------------------------------------------
     def live_logs(self, run_id: str) -> LiveLogs | None:
@@ -415,6 +501,39 @@ def _racy(token: tuple[Any, ...] | None) -> bool:
         return True
     newest = max((mtime for _, mtime in token), default=-1)
     return newest >= time.time_ns() - _RACY_NS
+
+
+def _add_usage(store: Store, rows: list[dict[str, Any]]) -> None:
+    """Set each row's ``hits`` and ``last_used`` from the store's record of use.
+
+    Read per answer, not kept with the cached rows: hits change while the
+    listing does not. An evaluation the record does not name was never hit
+    since it was stored (or was stored before hits were recorded): 0 hits, last
+    used when it started. A running evaluation has neither yet (None).
+    """
+    from ..lifecycle.last_use import load
+
+    try:
+        used = load(store)
+    except (OSError, ValueError, MemostoreError):
+        used = {}
+    for row in rows:
+        if row.get("status") == "running":
+            row["hits"] = row["last_used"] = None
+            continue
+        use = used.get(row["id"])
+        row["hits"] = use.hits if use is not None else 0
+        row["last_used"] = use.last_used if use is not None else row.get("started")
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The table's argument and metric columns of *rows*: ``{"args", "tags"}``."""
+    args: dict[str, None] = {}
+    tags: dict[str, None] = {}
+    for row in rows:
+        args.update(dict.fromkeys(row["args"]))
+        tags.update(dict.fromkeys(t for t, s in row["metrics"].items() if _numeric(s)))
+    return {"args": list(args), "tags": sorted(tags)}
 
 
 def _empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

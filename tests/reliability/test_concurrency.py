@@ -9,9 +9,9 @@ No call may warn or fail, every value must be right, every computed key must
 hit afterwards, and fsck must be clean.
 
 Processes that miss on a key another one is computing wait for its result
-(single-flight, ``docs/clusters.md``); where two compute one key all the same
-(a lease taken over, a result published between a lookup and a lease), they
-produce equal objects, deduplicated by their ids, and the last ref written wins.
+(single-flight, ``docs/clusters.md``), and one that takes a lease looks the
+call up again under it, so no key is computed twice: every holder here is a
+live process of this host, never judged gone.
 
 Counts: ``MEMOSTORE_RELIABILITY_PROCS`` (default 8) and
 ``MEMOSTORE_RELIABILITY_CALLS`` (calls per process, default 50).
@@ -106,6 +106,8 @@ def test_processes_and_gc_share_a_store_without_loss(tmp_path: Path) -> None:
     assert len(calls_of) == procs * calls
     computed = Counter(k for k, kind in calls_of if kind == "miss")
     keys = {k for k, _ in calls_of}
+    twice = sorted(k for k, n in computed.items() if n > 1)
+    assert not twice, f"keys computed by two processes: {twice}"
 
     assert not fsck_problems(store)
     found = leftovers(store)

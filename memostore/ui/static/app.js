@@ -5,8 +5,11 @@ ms.view = function () { return document.getElementById("view"); };
 
 ms.runsView = async function () {
   const view = ms.view();
+  const route = ms.routes;
   view.replaceChildren(ms.el("p", {}, "loading…"));
-  ms.table.load(await ms.get("/api/runs"));
+  // The first page comes from the evaluation index at once; the full listing follows.
+  const first = await ms.get("/api/runs?limit=" + ms.table.pageSize);
+  ms.table.load(first);
   const tableBox = ms.el("div", { id: "table" });
   const chartBox = ms.el("div", { class: "charts", id: "charts" });
   const redrawCharts = () => ms.charts.render(chartBox, [...ms.table.selected]);
@@ -20,14 +23,23 @@ ms.runsView = async function () {
       for (const chart of ms.charts.charts.values()) chart.window = null;
       redrawCharts();
     }), chartBox);
-  redrawTable();
-  view.dataset.table = "drawn";
   if (!ms.table.selected.size) {
     // Start with the newest few runs that logged something, so the charts are not empty.
     for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, 5)) ms.table.selected.add(row.id);
-    redrawTable();
   }
-  await redrawCharts();
+  redrawTable();
+  performance.mark("table-drawn");
+  view.dataset.table = "drawn";
+  const rest = first.complete ? Promise.resolve() : ms.get("/api/runs").then((all) => {
+    if (ms.routes !== route) return;  // the reader went to another page meanwhile
+    ms.table.load(all);
+    filters.replaceChildren(ms.table.filters(refilter));
+    redrawTable();
+  });
+  // Let the table paint before plotly.js is compiled (it holds the main thread).
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  await Promise.all([redrawCharts(), rest]);
+  view.dataset.listing = "complete";
   view.dataset.ready = "runs";
   ms.live = async () => {
     const running = (await ms.get("/api/live")).rows;
@@ -48,17 +60,20 @@ ms.runsView = async function () {
   };
 };
 
+ms.routes = 0;
 ms.route = async function () {
   ms.live = null;
+  ms.routes += 1;
   const hash = location.hash.replace(/^#\/?/, "");
   const [page, ...rest] = hash.split("/");
   const view = ms.view();
   delete view.dataset.ready;
   delete view.dataset.table;
+  delete view.dataset.listing;
   try {
     if (page === "eval") await ms.pages.evaluation(rest[0]);
     else if (page === "diff") await ms.pages.diff(rest[0], rest[1]);
-    else if (page === "lineage") await ms.pages.lineage();
+    else if (page === "lineage") await ms.lineage.page(rest[0], rest[1]);
     else await ms.runsView();
   } catch (error) {
     view.replaceChildren(ms.el("p", { class: "error" }, String(error.message || error)));

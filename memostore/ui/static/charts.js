@@ -65,7 +65,7 @@ ms.charts.layout = function (tag) {
 };
 
 ms.charts.draw = async function (tag, chart) {
-  await ms.plotlyReady;
+  await ms.plotly();
   const width = chart.div.clientWidth || 600;
   const data = await ms.get(ms.charts.query(tag, chart.ids, chart.window, width));
   chart.counts = new Map(data.series.map((s) => [s.id, s.count]));
@@ -75,7 +75,7 @@ ms.charts.draw = async function (tag, chart) {
 };
 
 ms.charts.render = async function (container, ids) {
-  await ms.plotlyReady;
+  await ms.plotly();
   const tags = new Set();
   for (const id of ids) {
     const row = ms.table.byId.get(id);

@@ -23,7 +23,6 @@ ms.diffText = function (text) {
 ms.pages.evaluation = async function (id) {
   const view = ms.view();
   const r = await ms.get(`/api/eval/${id}`);
-  if (!ms.table.byId.size) ms.table.load(await ms.get("/api/runs"));
   const parts = [ms.el("h1", {}, `${ms.fname(r.function)} · ${ms.short(r.id)}`)];
   parts.push(ms.kv([["id", r.id], ["function", r.function], ["status", r.status], ["created", r.created],
     ["duration", ms.duration(r.duration_s)], ["key", r.key], ["version", r.version], ["refs", (r.refs || []).join(", ")],
@@ -59,6 +58,7 @@ ms.pages.evaluation = async function (id) {
   const others = ms.el("div", { id: "media" });
   parts.push(others);
   parts.push(ms.el("h2", {}, "provenance"), ms.json(r.provenance || {}));
+  if (r.status !== "running") parts.push(ms.el("p", {}, ms.el("a", { href: `#/lineage/${r.id}`, id: "lineage-link" }, "lineage around this evaluation")));
   for (const title of ["parents", "children"]) {
     if ((r[title] || []).length) parts.push(ms.el("h2", {}, title), ms.el("p", {}, r[title].map((p) => [ms.link(p), " "])));
   }
@@ -72,38 +72,9 @@ ms.pages.evaluation = async function (id) {
   ms.charts.charts.clear();
   if (!ms.table.byId.has(r.id)) ms.table.byId.set(r.id, { id: r.id, function: r.function, metrics });
   await ms.charts.render(chartBox, [r.id]);
-  for (const tag of tags.filter((t) => metrics[t].kind !== "scalar")) others.append(await ms.pages.tagView(r.id, tag));
+  for (const tag of tags.filter((t) => metrics[t].kind !== "scalar")) others.append(await ms.kinds.view(r.id, tag));
   if (r.status === "running") ms.live = async () => { await ms.charts.tick(new Set([r.id])); };
   view.dataset.ready = "eval";
-};
-
-ms.pages.tagView = async function (id, tag) {
-  const data = await ms.get(`/api/events?id=${id}&tag=${encodeURIComponent(tag)}`);
-  const box = ms.el("div", { class: "tag-view", "data-kind": data.kind }, ms.el("h2", {}, `${tag} (${data.kind}, ${data.count} points)`));
-  const media = (e) => `/api/media?id=${id}&tag=${encodeURIComponent(tag)}&i=${e.media}`;
-  if (data.kind === "image" || data.kind === "video") {
-    box.append(ms.el("div", { class: "media" }, data.events.slice(-24).map((e) =>
-      ms.el("figure", { style: "display:inline-block;margin:4px" }, ms.el("img", { src: media(e), alt: `${tag} step ${e.step}` }),
-        ms.el("figcaption", {}, `step ${e.step}`)))));
-  } else if (data.kind === "audio") {
-    box.append(ms.el("div", {}, data.events.slice(-10).map((e) =>
-      ms.el("p", {}, `step ${e.step} (${e.sample_rate} Hz) `, ms.el("audio", { controls: "", src: media(e) })))));
-  } else if (data.kind === "text") {
-    box.append(ms.el("div", {}, data.events.slice(-20).map((e) => [ms.el("b", {}, `step ${e.step}`), ms.el("pre", {}, e.text)])));
-  } else if (data.kind === "histogram") {
-    const div = ms.el("div", { class: "chart" });
-    box.append(div);
-    // One line per step: the histogram's bucket counts against the bucket limits.
-    const traces = data.events.slice(-30).map((e, i, all) => ({
-      type: "scatter", mode: "lines", x: e.limits, y: e.counts, name: `step ${e.step}`, line: { shape: "hvh",
-        color: `rgba(31,119,180,${0.2 + 0.8 * (i + 1) / all.length})` } }));
-    // Drawn once the box is on the page, so that plotly sizes the chart to it.
-    setTimeout(() => ms.plotlyReady.then(() => Plotly.newPlot(div, traces,
-      { title: { text: tag }, margin: { l: 40, r: 10, t: 30, b: 30 }, showlegend: false }, { responsive: true })), 0);
-  } else {
-    box.append(ms.json(data.events.slice(-5)));
-  }
-  return box;
 };
 
 ms.pages.whyMiss = function (record) {
@@ -186,61 +157,4 @@ ms.pages.diff = async function (a, b) {
     ms.el("label", {}, onlyDiff, " only differences"), body);
   draw();
   view.dataset.ready = "diff";
-};
-
-ms.pages.lineage = async function () {
-  const view = ms.view();
-  const g = await ms.get("/api/lineage");
-  // Layers by longest path from a root, so every edge points down.
-  const byId = new Map(g.nodes.map((n) => [n.id, n]));
-  const depth = new Map();
-  const depthOf = (id, seen = new Set()) => {
-    if (depth.has(id)) return depth.get(id);
-    if (seen.has(id)) return 0;
-    seen.add(id);
-    const node = byId.get(id);
-    const d = node.parents.length ? 1 + Math.max(...node.parents.map((p) => depthOf(p, seen))) : 0;
-    depth.set(id, d);
-    return d;
-  };
-  const layers = [];
-  for (const node of [...g.nodes].reverse()) {
-    const d = depthOf(node.id);
-    (layers[d] = layers[d] || []).push(node);
-  }
-  const w = 150, h = 34, gapX = 20, gapY = 50;
-  const width = Math.max(400, ...layers.map((l) => l.length * (w + gapX) + gapX));
-  const height = layers.length * (h + gapY) + gapY;
-  const pos = new Map();
-  layers.forEach((layer, d) => layer.forEach((node, i) => pos.set(node.id, [gapX + i * (w + gapX), gapY / 2 + d * (h + gapY)])));
-  const NS = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(NS, "svg");
-  svg.setAttribute("width", width); svg.setAttribute("height", height);
-  for (const [p, c] of g.edges) {
-    const [x1, y1] = pos.get(p), [x2, y2] = pos.get(c);
-    const line = document.createElementNS(NS, "line");
-    line.setAttribute("x1", x1 + w / 2); line.setAttribute("y1", y1 + h);
-    line.setAttribute("x2", x2 + w / 2); line.setAttribute("y2", y2);
-    svg.append(line);
-  }
-  for (const node of g.nodes) {
-    const [x, y] = pos.get(node.id);
-    const group = document.createElementNS(NS, "g");
-    group.setAttribute("class", `node ${node.status}`);
-    group.setAttribute("data-id", node.id);
-    group.addEventListener("click", () => { location.hash = `#/eval/${node.id}`; });
-    const rect = document.createElementNS(NS, "rect");
-    Object.entries({ x, y, width: w, height: h, rx: 4 }).forEach(([k, v]) => rect.setAttribute(k, v));
-    const text = document.createElementNS(NS, "text");
-    text.setAttribute("x", x + 6); text.setAttribute("y", y + 14); text.setAttribute("font-size", "11");
-    text.textContent = ms.fname(node.function).slice(0, 22);
-    const sub = document.createElementNS(NS, "text");
-    sub.setAttribute("x", x + 6); sub.setAttribute("y", y + 28); sub.setAttribute("font-size", "10");
-    sub.textContent = `${ms.short(node.id)} ${node.status}`;
-    group.append(rect, text, sub);
-    svg.append(group);
-  }
-  view.replaceChildren(ms.el("h1", {}, "lineage: results passed from parent to child"),
-    ms.el("p", {}, `${g.nodes.length} evaluations, ${g.edges.length} edges; click one to open it`), ms.el("div", { id: "lineage" }, svg));
-  view.dataset.ready = "lineage";
 };

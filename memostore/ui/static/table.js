@@ -13,6 +13,11 @@ ms.table = {
 ms.table.load = function (data) {
   const t = ms.table;
   t.rows = data.rows; t.args = data.args; t.tags = data.tags;
+  // A first page (complete: false) names every function and status of the store already.
+  t.complete = data.complete !== false;
+  t.indexed = data.indexed || data.rows.length;
+  t.functions = data.functions || [...new Set(data.rows.map((r) => r.function))].sort();
+  t.statuses = data.statuses || [...new Set(data.rows.map((r) => r.status))].sort();
   t.byId = new Map(data.rows.map((r) => [r.id, r]));
   for (const id of [...t.selected]) if (!t.byId.has(id)) t.selected.delete(id);
 };
@@ -35,6 +40,8 @@ ms.table.columns = function () {
     { key: "status", title: "status", get: (r) => r.status },
     { key: "started", title: "created", get: (r) => r.started, show: (r) => (r.created || "").slice(0, 19).replace("T", " ") },
     { key: "duration_s", title: "duration", get: (r) => r.duration_s, show: (r) => ms.duration(r.duration_s), num: true },
+    { key: "hits", title: "hits", get: (r) => r.hits, num: true },
+    { key: "last_used", title: "last used", get: (r) => r.last_used, show: (r) => ms.time(r.last_used) },
   ];
   for (const name of t.args) cols.push({ key: "arg:" + name, title: name, get: (r) => r.args[name], num: true });
   for (const tag of t.tags) {
@@ -98,8 +105,7 @@ ms.table.visible = function () {
 
 ms.table.filters = function (onChange) {
   const t = ms.table;
-  const functions = [...new Set(t.rows.map((r) => r.function))].sort();
-  const statuses = [...new Set(t.rows.map((r) => r.status))].sort();
+  const functions = t.functions, statuses = t.statuses;
   const select = (id, values, key, label) => ms.el("select", {
     id, onchange: (e) => { t.filter[key] = e.target.value; t.page = 0; onChange(); },
   }, ms.el("option", { value: "" }, label), values.map((v) => {
@@ -164,7 +170,8 @@ ms.table.render = function (container) {
   })));
   const pager = ms.el("div", { class: "pager" },
     ms.el("button", { onclick: () => { t.page = Math.max(0, t.page - 1); t.render(container); } }, "‹"),
-    ms.el("span", { id: "row-count" }, `${rows.length} of ${t.rows.length} evaluations · page ${t.page + 1}/${pages}`),
+    ms.el("span", { id: "row-count" }, t.complete ? `${rows.length} of ${t.rows.length} evaluations · page ${t.page + 1}/${pages}`
+      : `the newest ${t.rows.length} of about ${t.indexed} evaluations (reading the rest…)`),
     ms.el("button", { onclick: () => { t.page = Math.min(pages - 1, t.page + 1); t.render(container); } }, "›"));
   // Redrawn on every live refresh: keep the reader's scroll position.
   const old = container.querySelector(".table-wrap");

@@ -3,14 +3,20 @@
 
 const ms = {};
 
-// plotly.js (4.8 MB) loads while the table is drawn; charts wait for it.
-ms.plotlyReady = new Promise((resolve, reject) => {
-  const script = document.createElement("script");
-  script.src = "/static/plotly.min.js";
-  script.onload = resolve;
-  script.onerror = () => reject(new Error("plotly.min.js did not load"));
-  document.head.append(script);
-});
+// plotly.js (4.8 MB) is loaded on first use, once the table is drawn: compiling it
+// takes the browser's main thread for a while, which would delay the table.
+ms.plotly = function () {
+  if (!ms.plotlyLoading) {
+    ms.plotlyLoading = new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = "/static/plotly.min.js";
+      script.onload = resolve;
+      script.onerror = () => reject(new Error("plotly.min.js did not load"));
+      document.head.append(script);
+    });
+  }
+  return ms.plotlyLoading;
+};
 
 ms.get = async function (path) {
   const response = await fetch(path, { cache: "no-store" });
@@ -47,6 +53,12 @@ ms.duration = function (seconds) {
   if (seconds < 120) return seconds.toFixed(1) + " s";
   if (seconds < 7200) return (seconds / 60).toFixed(1) + " min";
   return (seconds / 3600).toFixed(1) + " h";
+};
+
+// A UNIX time as "YYYY-MM-DD HH:MM:SS" in UTC (as the created column shows it).
+ms.time = function (seconds) {
+  if (typeof seconds !== "number") return "";
+  return new Date(seconds * 1000).toISOString().slice(0, 19).replace("T", " ");
 };
 
 ms.short = function (id) { return String(id).slice(0, 10); };

@@ -1,0 +1,157 @@
+"""Sending a stored evaluation from rank 0's store to the other stores of a job.
+
+With node-local stores, a result rank 0 stored (or found) must reach the
+ranks of the other nodes without them computing it. :func:`share` sends it
+through the process group, the way ``pull`` copies between stores:
+
+1. the writer of each receiving store puts the call's own arguments into it
+   (it hashed them for the key, so it holds them: they are not sent);
+2. rank 0 sends the ids of every object the evaluation reaches (children
+   first), and each writer answers with the ones its store lacks;
+3. rank 0 sends those objects' bytes, read from its store (checked against
+   their ids), once; each writer stores them (each re-hashed as it is
+   written), then the evaluation's refs, so the next job of that node finds
+   it there;
+4. a barrier: the other ranks of those nodes read it from their store after.
+
+Every rank takes part in each step (collectives of the default group), those
+that receive nothing included: a rank 0 store and N-1 node-local ones cost
+each result's bytes once over the group, seen by every rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+from typing import TYPE_CHECKING, Any
+
+from .. import index
+from ..errors import CorruptObject, MemostoreError
+from ..evaluation import eval_ref_name
+from ..hits import rng_ref_name
+
+if TYPE_CHECKING:
+    from ..keys import KeyedCall
+    from ..store import Store
+    from .group import Group
+    from .topology import Topology
+
+
+def closure(store: Store, root: str) -> list[tuple[str, bool]]:
+    """Every object *root* reaches, as (id, is_document), each after the objects it links."""
+    objects = store.objects
+    order: list[tuple[str, bool]] = []
+    seen: set[str] = {root}
+    stack: list[tuple[str, bool]] = [(root, False)]
+    while stack:
+        object_id, expanded = stack.pop()
+        if expanded:
+            order.append((object_id, True))
+            continue
+        doc = objects.get_doc(object_id)
+        stack.append((object_id, True))
+        for blob in sorted(doc.links.blobs - seen):
+            seen.add(blob)
+            order.append((blob, False))
+        for child in sorted(doc.links.docs - seen):
+            seen.add(child)
+            stack.append((child, False))
+    return order
+
+
+def share(
+    group: Group,
+    topo: Topology,
+    store: Store,
+    call: KeyedCall,
+    evaluation_id: str | None,
+    receivers: list[int],
+) -> None:
+    """Put rank 0's evaluation *evaluation_id* into the stores of *receivers* (collective).
+
+    Args:
+        group: the job.
+        topo: which ranks share a store (the receivers are writers of theirs).
+        store: this rank's store.
+        call: the call the evaluation answers (its key and arguments).
+        evaluation_id: the evaluation, on rank 0 (None there: nothing to send);
+            ignored on the other ranks.
+        receivers: the writer ranks whose stores get it (the same list on every rank).
+
+    A receiving store that cannot be written leaves its ranks without the
+    evaluation (they then miss, as the caller decides); rank 0 failing to read
+    its own objects sends nothing, and every rank returns.
+    """
+    if not receivers:
+        return
+    me = group.rank
+    receiving = me in receivers
+    if receiving:
+        with contextlib.suppress(Exception):
+            call.sink.flush(store.objects)  # the arguments: the writer holds them already
+    listing: Any = None
+    if me == 0 and evaluation_id is not None:
+        try:
+            listing = (evaluation_id, closure(store, evaluation_id))
+        except (MemostoreError, OSError):
+            listing = None
+    listing = group.broadcast_object(listing)
+    if listing is None:
+        return
+    evaluation_id, ids = listing
+    lacking: list[int] = []
+    if receiving:
+        objects = store.objects
+        lacking = [i for i, (object_id, _) in enumerate(ids) if not objects.contains(object_id)]
+    wanted = sorted({i for row in group.all_gather_object(lacking) for i in row})
+    payload = None
+    if me == 0:
+        try:
+            payload = _pack(store, ids, wanted)
+        except (MemostoreError, OSError):
+            payload = None  # damaged or gone meanwhile: the receivers go without it
+    data = group.broadcast_bytes(payload)
+    if receiving and data:
+        with contextlib.suppress(Exception):
+            _adopt(store, call, ids, data, evaluation_id)
+    group.barrier()  # the writers are done: their nodes' ranks may read now
+
+
+def _pack(store: Store, ids: list[tuple[str, bool]], wanted: list[int]) -> bytes:
+    """Header (json: [[index, size], ...]) then each wanted object's bytes, checked."""
+    parts: list[bytes] = []
+    header: list[list[int]] = []
+    for i in wanted:
+        data = store.objects.get_bytes(ids[i][0])
+        header.append([i, len(data)])
+        parts.append(data)
+    head = json.dumps(header).encode()
+    return struct.pack("<Q", len(head)) + head + b"".join(parts)
+
+
+def _adopt(
+    store: Store, call: KeyedCall, ids: list[tuple[str, bool]], data: bytes, evaluation_id: str
+) -> None:
+    """Store the sent objects (children first, as sent), then the evaluation's refs."""
+    (size,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8 : 8 + size])
+    view = memoryview(data)
+    offset = 8 + size
+    objects = store.objects
+    for i, length in header:
+        expected = ids[i][0]
+        got = objects.add_bytes(view[offset : offset + length])
+        offset += length
+        if got != expected:
+            raise CorruptObject(expected, got, "bytes sent by rank 0")
+    objects.sync()
+    if not objects.contains(evaluation_id):
+        return
+    body = store.evaluation(evaluation_id).body
+    symbol = call.fn.symbol
+    conditions = {n: r["before"] for n, r in (body.get("rng") or {}).items() if r.get("before")}
+    if conditions:
+        store.refs.set(rng_ref_name(symbol, call.key, conditions), evaluation_id)
+    store.refs.set(eval_ref_name(symbol, call.key), evaluation_id)
+    index.record(store, evaluation_id, body)
