@@ -54,6 +54,11 @@ def print_remote(out: Output, report: Any, grace: float) -> None:
         f"{report.objects_deleted} object(s) ({_size(report.bytes_freed)}); "
         f"{report.reachable} reachable object(s) kept"
     )
+    if report.leases_removed or report.markers_removed:
+        out.line(
+            f"gc{where}: {verb} {report.leases_removed} stale lease(s) and "
+            f"{report.markers_removed} waiter marker(s) left by processes that are gone"
+        )
     if report.kept_young:
         out.line(
             f"gc{where}: kept {report.kept_young} unreachable object(s) written less than "

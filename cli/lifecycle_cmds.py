@@ -3,11 +3,16 @@ evaluations and pinning them."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import heapq
+import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from .output import Output, age
+from .output import Output, age, json_safe
 from .state import State, pass_state
 
 if TYPE_CHECKING:
@@ -64,6 +69,11 @@ def du(state: State, target: str | None, top: int, as_json: bool) -> None:
     too (a tensor two results hold, the result of a parent it was computed from).
     With FUNCTION, each of its evaluations; with REV, that one evaluation.
     """
+    with _collector_paused():
+        _du(state, target, top, as_json)
+
+
+def _du(state: State, target: str | None, top: int, as_json: bool) -> None:
     from memostore.lifecycle.tags import list_tags
     from memostore.lifecycle.usage import compute_usage
 
@@ -82,7 +92,7 @@ def du(state: State, target: str | None, top: int, as_json: bool) -> None:
                 "see what the store holds with `memostore log`"
             )
     if as_json:
-        out.json(_du_json(usage, ids, tags))
+        click.echo(_json_text(_du_json(usage, ids, tags)))
         return
     _print_store_line(out, usage)
     if ids is None:
@@ -94,8 +104,28 @@ def du(state: State, target: str | None, top: int, as_json: bool) -> None:
         _print_one(out, usage, ids[0], tags)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (restored after).
+
+    Accounting a large store allocates hundreds of thousands of tuples, sets and
+    strings that form no cycles (reference counting frees them); the collector
+    would walk them all again and again as they pile up: 6 % of ``du``'s time
+    on 10,000 evaluations.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _du_json(usage: StoreUsage, ids: list[str] | None, tags: dict[str, list[str]]) -> Any:
     chosen = list(usage.evaluations) if ids is None else ids
+    if ids is None:
+        usage.evaluation_bytes()  # every evaluation's sums in one pass, before the lookups
     functions = usage.by_function()
     wanted = {usage.evaluations[e].function for e in chosen}
     return {
@@ -117,6 +147,30 @@ def _du_json(usage: StoreUsage, ids: list[str] | None, tags: dict[str, list[str]
         ],
         "evaluations": [_evaluation_json(usage, e, tags) for e in chosen],
     }
+
+
+def _json_text(data: dict[str, Any]) -> str:
+    """*data* as strict JSON: the top level indented, each item of a list on one line.
+
+    ``json.dumps(..., indent=2)`` runs the pure-Python encoder: on 10,000
+    evaluations it costs a third of a second, where compact items go through
+    the C encoder (as ``log --json`` prints them).
+    """
+    fields = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            text = "[\n" + ",\n".join("    " + _compact_json(v) for v in value) + "\n  ]"
+        else:
+            text = _compact_json(value)
+        fields.append(f"  {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(fields) + "\n}"
+
+
+def _compact_json(value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, default=str, separators=(", ", ": "))
+    except ValueError:  # a non-finite float somewhere: spell it as a string
+        return json.dumps(json_safe(value), default=str, separators=(", ", ": "))
 
 
 def _evaluation_json(usage: StoreUsage, evaluation_id: str, tags: dict[str, list[str]]) -> Any:
@@ -175,8 +229,9 @@ def _print_functions(out: Output, usage: StoreUsage) -> None:
 
 
 def _largest(usage: StoreUsage, top: int) -> list[str]:
-    exclusive = {e: usage.exclusive_bytes(e) for e in usage.evaluations}
-    return sorted(exclusive, key=lambda e: (-exclusive[e], e))[:top]
+    sums = usage.evaluation_bytes()
+    # nsmallest, not a full sort: only the first *top* of 10,000 are shown.
+    return heapq.nsmallest(top, sums, key=lambda e: (-sums[e][1], e))
 
 
 def _print_evaluations(

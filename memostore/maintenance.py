@@ -1,7 +1,7 @@
-"""Store maintenance: ``fsck`` (find damage) and ``gc`` (free what nothing references).
+"""Store maintenance: ``gc`` (free what nothing references); ``fsck`` lives in fsck.py.
 
-Both walk the object graph through each document's ``links``, so neither needs
-to understand any kind of document.
+gc walks the object graph through each document's ``links``, so it needs to
+understand no kind of document.
 
 gc and concurrent writers: an evaluation being recorded by another process
 writes its objects first and publishes its ref last, so for a while its
@@ -12,28 +12,67 @@ objects. An evaluation in progress lists the objects it has written so far
 (its arguments and code) as pending roots (``Store.pending_roots``), and its
 metric journal names the images it has logged; gc keeps both, however long
 the evaluation runs.
+
+Marking takes a document's links from the links cache (``index/links``,
+``lifecycle/links_cache.py``) where the cache may be trusted, and reads the
+document otherwise. An entry is a fact about the content its id names, so it
+cannot go stale; what could make it lie, and why gc still may trust it:
+
+- a torn or malformed line: never parsed into an entry (the shape check), so
+  the document is read;
+- a line written from bytes that were not the object: the links of a
+  document are recorded only after the document was read whole and checked
+  against its id (a damaged one never gets an entry);
+- a verdict that was not checked: an object recorded as "links nothing"
+  because its header was not a document's (a blob, as gc itself would peek
+  it) may have been a damaged document that a recompute has since rewritten.
+  gc trusts an entry that links nothing only when it also records that its
+  object was read and checked as a document; otherwise it looks again, as it
+  would without a cache;
+- damage to the cache file itself (a changed digit in a listed id): an entry
+  is used only when every id it links is in the store's listing, which a
+  mangled id fails; the document is read then.
+
+fsck never uses the cache: it reads and checks every document itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import index
 from .checkouts import CHECKOUTS_DIRNAME
 from .errors import MalformedObject, MemostoreError, ObjectNotFound
-from .inside import links_in
+from .fsck import FsckReport, Problem, Progress, _no_progress, fsck
 from .leases import LEASES_DIRNAME, remove_stale_leases
-from .objects import Doc, is_doc_bytes, is_object_id, new_hasher
+from .lifecycle import links_cache
+from .objects import is_doc_bytes, is_object_id
 from .packs import PACK_MAX_BYTES, Pack
 from .sweep import is_hidden, remove_checkout_leftovers, remove_lock_leftovers, remove_old_files
 from .trust.origins import forget as forget_origins
+
+if TYPE_CHECKING:
+    from .store import Store
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_QUARANTINE_AGE_S",
+    "MERGE_MIN_PACKS",
+    "SMALL_PACK_BYTES",
+    "FsckReport",
+    "GcReport",
+    "Problem",
+    "Progress",
+    "fsck",
+    "gc",
+]
 
 # gc merges packs smaller than this once there are MERGE_MIN_PACKS of them, into
 # packs of at most PACK_MAX_BYTES (see _merge_small_packs).
@@ -43,55 +82,8 @@ MERGE_MIN_PACKS = 16
 _DELETE_THREADS = 8
 _DELETE_BATCH = 64
 
-if TYPE_CHECKING:
-    from .store import Store
-
 DEFAULT_GRACE_S = 3600.0
 DEFAULT_QUARANTINE_AGE_S = 14 * 24 * 3600.0
-_READ_CHUNK = 8 << 20
-# Reading a document this large whole is fine; larger objects are streamed.
-_DOC_READ_MAX = 64 << 20
-
-# progress(phase, done, total): called as work advances; total may be None.
-Progress = Callable[[str, int, "int | None"], None]
-
-
-def _no_progress(phase: str, done: int, total: int | None) -> None:
-    return None
-
-
-@dataclass
-class Problem:
-    """One thing fsck found wrong."""
-
-    kind: str  # "object", "pack", "ref", "pending", "config" or "link"
-    name: str  # object id, pack file name, ref name or file name
-    message: str
-    path: str | None = None
-
-    def __str__(self) -> str:
-        where = f" ({self.path})" if self.path else ""
-        return f"{self.kind} {self.name}{where}: {self.message}"
-
-
-@dataclass
-class FsckReport:
-    """What fsck checked and found."""
-
-    objects: int = 0
-    bytes: int = 0
-    refs: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    index: str = "ok"
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["ok"] = self.ok
-        return data
 
 
 @dataclass
@@ -109,6 +101,7 @@ class GcReport:
     quarantine_bytes: int = 0
     unreadable: list[str] = field(default_factory=list)
     index_entries: int | None = None
+    links_entries: int | None = None
     packs_merged: int = 0
     packs_quarantined: int = 0
     origins_rewritten: int = 0
@@ -119,245 +112,68 @@ class GcReport:
         return data
 
 
-# -- fsck ------------------------------------------------------------------------------------
-def _read_and_hash(store: Store, object_id: str) -> tuple[str, bytes | None, int]:
-    """(actual digest, the bytes when the object is a document, size), streaming blobs."""
-    path = store.objects.blob_path(object_id)
-    if path is None:
-        data = _raw_bytes(store, object_id)
-        hasher = new_hasher(len(data))
-        hasher.update(data)
-        return hasher.hexdigest(), data if is_doc_bytes(data) else None, len(data)
-    size = os.stat(path).st_size
-    hasher = new_hasher(size)
-    with open(path, "rb") as f:
-        first = f.read(min(size, _DOC_READ_MAX) if size else _READ_CHUNK)
-        hasher.update(first)
-        doc = is_doc_bytes(first)
-        parts = [first] if doc else []
-        while chunk := f.read(_READ_CHUNK):
-            hasher.update(chunk)
-            if doc:
-                parts.append(chunk)
-    return hasher.hexdigest(), b"".join(parts) if doc else None, size
-
-
-def _raw_bytes(store: Store, object_id: str) -> bytes:
-    # Not get_bytes: that would quarantine a damaged object, and fsck only reports.
-    return store.objects.read_unchecked(object_id)
-
-
-def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = True) -> FsckReport:
-    """Check every object's digest, every document's links and every ref's target.
-
-    fsck changes nothing but the evaluation index, which it rebuilds when it is
-    missing or disagrees with the evaluations found (it is a cache), and the
-    verified record of each object it finds damaged (so that the next read
-    hashes it, finds the damage and recomputes).
-    """
-    report = FsckReport()
-    ids = list(store.objects.iter_ids())
-    present = set(ids)
-    bad: set[str] = set()
-    links: dict[str, tuple[set[str], set[str]]] = {}
-    evaluations: dict[str, dict[str, Any]] = {}
-    for done, object_id in enumerate(ids):
-        progress("objects", done, len(ids))
-        path = store.objects.blob_path(object_id)
-        where = str(path) if path else None
-        try:
-            actual, data, size = _read_and_hash(store, object_id)
-        except (ObjectNotFound, FileNotFoundError):
-            present.discard(object_id)  # deleted while we ran (gc): not damage
-            continue
-        report.objects += 1
-        report.bytes += size
-        if actual != object_id:
-            bad.add(object_id)
-            # Damage its stat does not show (the disk's): no reader may trust the record.
-            store.objects.forget_verified(object_id)
-            report.problems.append(
-                Problem("object", object_id, f"corrupt: its bytes hash to {actual}", where)
-            )
-            continue
-        if data is None:
-            continue
-        try:
-            doc = Doc.parse(data, object_id)
-        except MemostoreError as exc:
-            bad.add(object_id)
-            report.problems.append(Problem("object", object_id, f"malformed: {exc}", where))
-            continue
-        links[object_id] = (doc.links.docs, doc.links.blobs)
-        if doc.kind == "evaluation":
-            evaluations[object_id] = doc.body
-    progress("objects", len(ids), len(ids))
-    packs = getattr(store.objects, "packs", None)
-    for path, why in sorted(packs.damaged.items()) if packs is not None else ():
-        if os.path.exists(path):
-            name = Path(path).name
-            report.problems.append(Problem("pack", name, f"not used: {why}", path))
-    for object_id, (docs, blobs) in links.items():
-        missing = sorted((docs | blobs) - present)
-        for target in missing:
-            report.problems.append(Problem("object", object_id, f"links missing object {target}"))
-    _check_refs(store, report, present, bad, links, progress)
-    _check_local_files(store, report)
-    if rebuild_index:
-        report.index = _refresh_index(store, evaluations)
-    return report
-
-
-def _check_refs(
-    store: Store,
-    report: FsckReport,
-    present: set[str],
-    bad: set[str],
-    links: dict[str, tuple[set[str], set[str]]],
-    progress: Progress,
-) -> None:
-    damaged = getattr(store.refs, "iter_damaged", None)
-    if damaged is not None:
-        for name, reason in damaged():
-            report.problems.append(Problem("ref", name, reason))
-    refs = list(store.refs.iter(""))
-    for done, (name, target) in enumerate(refs):
-        progress("refs", done, len(refs))
-        report.refs += 1
-        if target not in present:
-            report.problems.append(Problem("ref", name, f"points to missing object {target}"))
-            continue
-        if target in bad:
-            report.problems.append(Problem("ref", name, f"points to damaged object {target}"))
-            continue
-        unreachable = _broken_below(target, present, bad, links)
-        if unreachable:
-            shown = ", ".join(unreachable[:3]) + (" …" if len(unreachable) > 3 else "")
-            report.problems.append(
-                Problem(
-                    "ref", name, f"reaches {len(unreachable)} missing or damaged object(s): {shown}"
-                )
-            )
-    progress("refs", len(refs), len(refs))
-
-
-def _check_local_files(store: Store, report: FsckReport) -> None:
-    """Report the store's own small files that cannot be used (pending markers, config)."""
-    damaged_pending = getattr(store, "damaged_pending", None)
-    for path, reason in damaged_pending() if damaged_pending is not None else ():
-        report.problems.append(
-            Problem(
-                "pending",
-                path.name,
-                f"{reason}; if no memoised call is running on this store, delete it",
-                str(path),
-            )
-        )
-    if store.config_path is not None:
-        try:
-            store.read_config()
-        except MemostoreError as exc:
-            report.problems.append(Problem("config", "config.json", str(exc)))
-    if store.root is not None:
-        _check_links(store.root, report)
-
-
-def _check_links(root: Path, report: FsckReport) -> None:
-    """Report every symbolic link in ``objects/`` and ``refs/``: memostore never follows one.
-
-    A link at a ref's own name is reported by the ref check already.
-    """
-    for path, target in links_in(str(root), ("objects", "refs")):
-        rel = os.path.relpath(path, root)
-        if rel.startswith("refs" + os.sep) and not os.path.isdir(path):
-            continue
-        report.problems.append(
-            Problem(
-                "link",
-                rel.replace(os.sep, "/"),
-                f"a symbolic link to {target}, never followed; what lies behind it is not "
-                "part of the store: replace it with a plain directory or file (or delete "
-                "it) and check who made it",
-                path,
-            )
-        )
-
-
-def _broken_below(
-    root: str, present: set[str], bad: set[str], links: dict[str, tuple[set[str], set[str]]]
-) -> list[str]:
-    broken, seen, stack = [], {root}, [root]
-    while stack:
-        docs, blobs = links.get(stack.pop(), (set(), set()))
-        for target in docs | blobs:
-            if target in seen:
-                continue
-            seen.add(target)
-            if target not in present or target in bad:
-                broken.append(target)
-            elif target in docs:
-                stack.append(target)
-    return sorted(broken)
-
-
-def _refresh_index(store: Store, evaluations: dict[str, dict[str, Any]]) -> str:
-    if store.root is None:
-        return "ok"
-    wanted = {eid: index.entry_from_body(eid, body) for eid, body in evaluations.items()}
-    current = index.load(store)
-    if current == wanted:
-        return "ok"
-    try:
-        count = index.rewrite(store, wanted.values())
-    except OSError as exc:
-        return f"could not rebuild ({exc})"
-    return f"rebuilt ({count} evaluations)"
-
-
 # -- gc ---------------------------------------------------------------------------------------
 class _Marker:
-    """Marks objects reachable from refs, reading each document once."""
+    """Marks objects reachable from refs, reading each document at most once.
 
-    def __init__(self, store: Store) -> None:
+    A document's links come from the links cache where it may be trusted (see
+    the module's docstring), else from the document itself.
+    """
+
+    def __init__(self, store: Store, present: set[str]) -> None:
         self.store = store
         self.marked: set[str] = set()
         self.unreadable: set[str] = set()
+        self.present = present  # every object the store listed before marking
+        self.known = links_cache.load(store)
+        self.documents = links_cache.load_documents(store)
 
     def mark_from(self, roots: Iterable[str], progress: Progress) -> None:
-        stack = [r for r in roots if r not in self.marked]
+        marked, known, documents, present = self.marked, self.known, self.documents, self.present
+        stack = [r for r in roots if r not in marked]
         while stack:
             object_id = stack.pop()
-            if object_id in self.marked:
+            if object_id in marked:
                 continue
-            self.marked.add(object_id)
-            if len(self.marked) % 1000 == 0:
-                progress("mark", len(self.marked), None)
-            docs = self._linked_docs(object_id)
-            stack.extend(d for d in docs if d not in self.marked)
+            marked.add(object_id)
+            if len(marked) % 1000 == 0:
+                progress("mark", len(marked), None)
+            entry = known.get(object_id)
+            if (
+                entry is not None
+                and (entry[1] or entry[2] or object_id in documents)
+                and present.issuperset(entry[1])
+                and present.issuperset(entry[2])
+            ):
+                docs, blobs = entry[1], entry[2]
+            else:
+                docs, blobs = self._read_links(object_id)
+            marked.update(blobs)
+            stack.extend(d for d in docs if d not in marked)
 
-    def _linked_docs(self, object_id: str) -> set[str]:
+    def _read_links(self, object_id: str) -> tuple[Iterable[str], Iterable[str]]:
+        """(linked documents, linked blobs) of one object, from the object itself."""
         objects = self.store.objects
         if objects.pack_location(object_id, refresh=False) is not None:
-            return set()  # packs hold blobs only
+            return (), ()  # packs hold blobs only
         path = objects.blob_path(object_id)
         if path is not None:
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 if not is_doc_bytes(f.read(16)):
-                    return set()  # a blob links nothing
+                    return (), ()  # a blob links nothing
         try:
             doc = objects.get_doc(object_id)
         except ObjectNotFound:
             self.unreadable.add(object_id)
-            return set()
+            return (), ()
         except MalformedObject:
-            return set()  # a blob named by a ref (memory stores have no header to peek at)
+            return (), ()  # a blob named by a ref (memory stores have no header to peek at)
         except MemostoreError:
             # Damaged (now quarantined) or not a document: what it linked is
             # unknown; a recompute rewrites anything that gets freed.
             self.unreadable.add(object_id)
-            return set()
-        self.marked.update(doc.links.blobs)
-        return set(doc.links.docs)
+            return (), ()
+        return doc.links.docs, doc.links.blobs
 
 
 def _roots(store: Store) -> list[str]:
@@ -403,13 +219,49 @@ def _journal_roots(store: Store) -> set[str]:
         ) from exc
 
 
-def _age_s(path: Path | None, now: float) -> float:
-    if path is None:
-        return float("inf")  # in-memory objects have no writer in another process
+def _age_and_size(
+    objects: Any, object_id: str, path: str | None, now: float
+) -> tuple[float, int | None]:
+    """(age in seconds, size) of a loose object, from one ``lstat`` of *path*.
+
+    In memory (no path), at a name that is no regular file, or gone: no writer
+    in another process can be relying on it (age infinite), and its size is
+    what the store says (None when it is gone).
+    """
+    if path is not None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            return now - st.st_mtime, st.st_size
     try:
-        return now - os.lstat(path).st_mtime
-    except FileNotFoundError:
-        return float("inf")
+        return float("inf"), objects.size_of(object_id)
+    except ObjectNotFound:
+        return float("inf"), None
+
+
+class _LoosePaths:
+    """The path of each loose object as a plain string, built without pathlib.
+
+    The store's own check that a fan directory (``objects/ab``) is no symbolic
+    link runs once per fan (``path_of``), as every path it builds has it.
+    """
+
+    def __init__(self, objects: Any) -> None:
+        directory = getattr(objects, "objects_dir", None)
+        self._objects = objects
+        self._base = None if directory is None else str(directory)
+        self._fans: set[str] = set()
+
+    def __call__(self, object_id: str) -> str | None:
+        if self._base is None:
+            return None  # an in-memory store
+        fan = object_id[:2]
+        if fan not in self._fans:
+            self._objects.path_of(object_id)  # raises if the fan is a link
+            self._fans.add(fan)
+        return f"{self._base}/{fan}/{object_id[2:]}"
 
 
 def gc(
@@ -434,36 +286,42 @@ def gc(
         MemostoreError: a ref is damaged (nothing is deleted then).
     """
     report = GcReport(dry_run=dry_run)
-    marker = _Marker(store)
+    objects: Any = store.objects
+    # Listed before marking: an object written later is not swept (and the
+    # marker uses the listing to check the links cache's entries).
+    ids = list(objects.iter_ids())
+    present = set(ids)
+    marker = _Marker(store, present)
     marker.mark_from(_roots(store), progress)
-    ids = list(store.objects.iter_ids())
     # Refs published (and evaluations started) while we marked keep their objects too.
     marker.mark_from(_roots(store), progress)
-    report.reachable = len(marker.marked & set(ids))
+    marked = marker.marked
+    report.reachable = len(marked & present)
     report.unreadable = sorted(marker.unreadable)
     now = time.time()
     kept: set[str] = set()
-    doomed: list[tuple[str, int]] = []
+    doomed: list[tuple[str, int, str | None]] = []
     packed_garbage: dict[str, tuple[Pack, list[str]]] = {}
+    loose_path = _LoosePaths(objects)
     for done, object_id in enumerate(ids):
         progress("sweep", done, len(ids))
-        if object_id in marker.marked:
+        if object_id in marked:
             kept.add(object_id)
             continue
-        loc = store.objects.pack_location(object_id, refresh=False)
+        loc = objects.pack_location(object_id, refresh=False)
         if loc is not None:
             packed_garbage.setdefault(loc.pack.name, (loc.pack, []))[1].append(object_id)
             continue
-        if _age_s(store.objects.blob_path(object_id), now) < grace_s:
+        path = loose_path(object_id)
+        age, size = _age_and_size(objects, object_id, path, now)
+        if size is None:
+            continue  # deleted meanwhile
+        if age < grace_s:
             report.kept_young += 1
             kept.add(object_id)
             continue
-        try:
-            size = store.objects.size_of(object_id)
-        except ObjectNotFound:
-            continue
         if not dry_run:
-            doomed.append((object_id, size))
+            doomed.append((object_id, size, path))
             continue
         report.deleted.append(object_id)
         report.bytes_freed += size
@@ -519,11 +377,18 @@ def gc(
                 report.index_entries = index.rewrite(
                     store, (e for eid, e in entries.items() if eid in kept)
                 )
+            # The links cache too: entries of deleted objects are dead weight. Every
+            # other entry stays (objects written since the listing included).
+            gone = set(report.deleted)
+            with contextlib.suppress(OSError):
+                report.links_entries = links_cache.rewrite(
+                    store, [i for i in links_cache.load(store) if i not in gone]
+                )
     return report
 
 
 def _delete_loose(
-    store: Store, doomed: list[tuple[str, int]], grace_s: float
+    store: Store, doomed: list[tuple[str, int, str | None]], grace_s: float
 ) -> list[tuple[str, int, bool]]:
     """Delete loose objects, several at a time: (id, size, whether it went) for each.
 
@@ -533,13 +398,14 @@ def _delete_loose(
     just before each unlink: a writer that found the object present since the
     sweep looked refreshed its modification time, and relies on it.
     """
+    objects: Any = store.objects
 
-    def delete(batch: list[tuple[str, int]]) -> list[tuple[str, int, bool]]:
+    def delete(batch: list[tuple[str, int, str | None]]) -> list[tuple[str, int, bool]]:
         out = []
-        for object_id, size in batch:
-            young = _age_s(store.objects.blob_path(object_id), time.time()) < grace_s
+        for object_id, size, path in batch:
+            young = _age_and_size(objects, object_id, path, time.time())[0] < grace_s
             if not young:
-                store.objects.delete(object_id)
+                _delete_one(objects, object_id, path)
             out.append((object_id, size, not young))
         return out
 
@@ -549,6 +415,17 @@ def _delete_loose(
     batches = [doomed[i : i + step] for i in range(0, len(doomed), step)]
     with ThreadPoolExecutor(_DELETE_THREADS, thread_name_prefix="memostore-gc") as pool:
         return [item for done in pool.map(delete, batches) for item in done]
+
+
+def _delete_one(objects: Any, object_id: str, path: str | None) -> None:
+    """Remove one loose object at the *path* the sweep built (as ``objects.delete``)."""
+    if path is None:
+        objects.delete(object_id)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    objects.forget_cached(object_id)
+    objects.forget_verified(object_id)  # its verified record: the file is gone
 
 
 def _sweep_pack(

@@ -258,21 +258,12 @@ class DiskRefContainer(BaseRefContainer):
         # Walk only the directory the prefix names, so listing one function's
         # evaluations does not scan the whole store.
         base_rel = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        base = self.refs_dir / base_rel if base_rel else self.refs_dir
+        if base_rel and not all(_is_ref_part(p) for p in base_rel.split("/")):
+            return  # no valid ref name starts with this prefix
         if self._dirs.link_on_way(f"refs/{base_rel}" if base_rel else "refs") is not None:
             return  # never listed through a link (fsck names it)
-        if not base.is_dir():
-            return
-        for name, path in self._ref_files(base):
-            if not name.startswith(prefix):
-                continue
-            try:
-                check_ref_name(name)  # a file no writer could have made is not a ref
-                data = _read_ref_file(path, name)
-                if data is not None:
-                    yield name, _parse_ref_content(name, data)
-            except (OSError, RefError):
-                continue
+        base = f"{self._refs_dir_str}/{base_rel}" if base_rel else self._refs_dir_str
+        yield from _iter_ref_dir(base, f"{base_rel}/" if base_rel else "", prefix)
 
     def iter_damaged(self, foreign: bool = True) -> Iterator[tuple[str, str]]:
         """(name, reason) for each file under ``refs/`` that is not a readable ref (for fsck).
@@ -313,6 +304,70 @@ class DiskRefContainer(BaseRefContainer):
 
 # A ref file is 65 bytes; reading more of a file there is pointless.
 _REF_READ_MAX = 4096
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _is_ref_part(part: str) -> bool:
+    """Whether *part* may be one component of a ref name (as :func:`check_ref_name`)."""
+    return (
+        not part.startswith(".")
+        and _PART_RE.fullmatch(part) is not None
+        and not _is_lock_file(part)
+    )
+
+
+def _iter_ref_dir(path: str, rel: str, prefix: str) -> Iterator[tuple[str, str]]:
+    """(name, id) of the readable refs under directory *path* (named *rel*), as
+    :meth:`DiskRefContainer.iter` lists them: a directory's files first, then each
+    subdirectory in turn; links, non-regular files, invalid names and damaged refs
+    skipped.
+
+    One ``scandir`` per directory and one open and read per ref: the kind of each
+    entry comes from the directory listing, each name part is checked once.
+    """
+    try:
+        with os.scandir(path) as listing:
+            entries = list(listing)
+    except OSError:
+        return  # unreadable or gone meanwhile: as os.walk, skipped
+    subdirs = []
+    for entry in entries:
+        filename = entry.name
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry)
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue  # a link, a FIFO, ...: never a ref (fsck names it)
+        except OSError:
+            continue
+        name = rel + filename
+        if not name.startswith(prefix) or not _is_ref_part(filename):
+            continue  # lock files and temporaries are invalid parts too
+        try:
+            fd = os.open(entry.path, _READ_FLAGS)
+        except OSError:
+            continue  # deleted meanwhile, or replaced by a link
+        try:
+            # A regular file when listed; one replaced since by a directory fails
+            # the read, by a FIFO reads empty: either way no ref, as before.
+            data = os.read(fd, _REF_READ_MAX)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        try:
+            target = _parse_ref_content(name, data)
+        except RefError:
+            continue
+        yield name, target
+    for entry in subdirs:
+        sub = rel + entry.name + "/"
+        if not _is_ref_part(entry.name):
+            continue  # every name below would be invalid
+        if not (sub.startswith(prefix) or prefix.startswith(sub)):
+            continue  # no name below can start with the prefix
+        yield from _iter_ref_dir(entry.path, sub, prefix)
 
 
 def _read_ref_file(path: str, name: str) -> bytes | None:

@@ -146,19 +146,27 @@ def test_keep_last_per_function(project: Project) -> None:
 
 def test_older_than_uses_creation_and_unused_for_uses_last_use(project: Project) -> None:
     ids = {n: eid for n, (_, eid) in project.run("make", 1, 2).items()}
-    time.sleep(1.6)
+    time.sleep(2.5)  # 1 and 2 were created (and last used) before this
+    later = time.time()  # 3 is created, and 1 used, after this
     ids[3] = project.run("make", 3)[3][1]
     project.run("make", 1)  # used now, created long ago
-    unused = project.gc_json("--unused-for", "1", "--grace", "0", "--dry-run")
+
+    def between() -> str:
+        # An age older than anything done after `later` and younger than 1 and 2,
+        # however slowly the processes above ran: of the 2.5 s gap, 1.5 s are left
+        # for the gc command to reach its clock.
+        return f"{time.time() - later + 1.0:.3f}"
+
+    unused = project.gc_json("--unused-for", between(), "--grace", "0", "--dry-run")
     assert evicted_ids(unused) == {ids[2]}
-    older = project.gc_json("--older-than", "1", "--grace", "0", "--dry-run")
+    older = project.gc_json("--older-than", between(), "--grace", "0", "--dry-run")
     assert evicted_ids(older) == {ids[1], ids[2]}
     assert {e["reason"] for e in older["eviction"]["evicted"]} == {"older-than"}
     # The grace period protects what was created or used within it.
-    graced = project.gc_json("--older-than", "1", "--grace", "1h", "--dry-run")
+    graced = project.gc_json("--older-than", between(), "--grace", "1h", "--dry-run")
     assert evicted_ids(graced) == set()
     assert graced["eviction"]["protected"] == {"young": 2}
-    done = project.gc_json("--unused-for", "1", "--grace", "0")
+    done = project.gc_json("--unused-for", between(), "--grace", "0")
     assert evicted_ids(done) == {ids[2]}
     assert set(project.refs().values()) == {ids[1], ids[3]}
 
@@ -393,3 +401,132 @@ def test_an_evaluation_whose_call_is_being_computed_is_not_evicted(project: Proj
         lease.release()
     assert evicted_ids(report) == {ids[N + 1]}
     assert report["eviction"]["protected"] == {"running": 1}
+
+
+def lease_record(key: str, heartbeat: float, expires_s: float) -> bytes:
+    """A remote lease's record, as a holder on another machine writes it."""
+    record = {
+        "host": "elsewhere",
+        "pid": 4242,
+        "process_started": heartbeat,
+        "id": os.urandom(16).hex(),
+        "function": "lib.make",
+        "key": key,
+        "started": heartbeat,
+        "heartbeat": heartbeat,
+        "heartbeat_s": 5.0,
+        "expires_s": expires_s,
+    }
+    return json.dumps(record, sort_keys=True).encode() + b"\n"
+
+
+def marker_record(lease_id: str | None) -> bytes:
+    record = {"host": "elsewhere", "pid": 4343, "since": time.time(), "lease": lease_id}
+    return json.dumps(record, sort_keys=True).encode() + b"\n"
+
+
+def remote_leases_round(project: Project, url: str, *, young: bool) -> dict[str, str]:
+    """gc of a remote removes a stale lease and the markers of gone waiters, keeps the rest.
+
+    With *young*, also a marker written just before gc, kept (where the remote dates
+    names finely enough: S3 gives whole seconds).
+
+    Returns the names of the leases it wrote: stale, live and orphan (only markers).
+    """
+    from memostore.remote.lease_waiters import waiting_prefix
+    from memostore.remote.leases import lease_name
+
+    ids = {n: eid for n, (_, eid) in project.run("make", 1, 2, 3).items()}
+    assert project.cli("push", url).exit_code == 0
+    refs = {eid: n for n, eid in project.refs().items() if n.startswith("evals/")}
+    stale, live, orphan = (lease_name(refs[ids[n]]) for n in (1, 2, 3))
+    gone = {waiting_prefix(stale) + "w-1-aa", waiting_prefix(orphan) + "w-3-cc"}
+    kept = {live, waiting_prefix(live) + "w-2-bb"}
+    if young:
+        kept.add(waiting_prefix(orphan) + "w-4-dd")
+    with open_transport(url) as transport:
+        # A holder that died an hour ago (expiry 0.5 s), and a waiter killed beside it.
+        transport.put_bytes(stale, lease_record(stale, time.time() - 3600, 0.5))
+        # Waiters: one killed beside the dead holder, one that waits (never refreshed)
+        # for a live holder, one killed after the lease it waited for was released.
+        for name in sorted(gone | {waiting_prefix(live) + "w-2-bb"}):
+            transport.put_bytes(name, marker_record(None))
+        time.sleep(1.2)  # all of the above older than the grace period (1 s)
+        transport.put_bytes(live, lease_record(live, time.time(), 30.0))
+        if young:  # just written, beside no lease: too young to judge
+            transport.put_bytes(waiting_prefix(orphan) + "w-4-dd", marker_record(None))
+        assert set(transport.list("leases/")) == {stale} | gone | kept
+    args = ("--remote", url, "--max-size", "1", "--grace", "1")
+    text = project.cli("gc", *args, "--dry-run")
+    assert text.exit_code == 0, text.output
+    assert "would delete 1 stale lease(s) and 2 waiter marker(s)" in text.output
+    dry = project.gc_json(*args, "--dry-run")
+    assert (dry["leases_removed"], dry["markers_removed"]) == (1, 2)
+    report = project.gc_json(*args)
+    # The live lease protects its evaluation; the stale one and markers alone do not.
+    assert evicted_ids({"eviction": report["eviction"]}) == {ids[1], ids[3]}
+    assert report["eviction"]["protected"] == {"running": 1}
+    assert (report["leases_removed"], report["markers_removed"]) == (1, 2)
+    with open_transport(url) as transport:
+        assert set(transport.list("leases/")) == kept
+    return {"stale": stale, "live": live, "orphan": orphan}
+
+
+def test_gc_remote_removes_stale_leases_and_orphan_markers(
+    project: Project, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote"
+    leases = remote_leases_round(project, str(remote), young=True)
+    # The empty directory of the deleted markers goes; those still in use stay.
+    function_dir = remote / leases["live"].rsplit("/", 1)[0]
+    live, orphan = (leases[k].rsplit("/", 1)[1] for k in ("live", "orphan"))
+    assert {p.name for p in function_dir.iterdir()} == {
+        live,
+        f"{live}.waiting",
+        f"{orphan}.waiting",
+    }
+    # With every lease released, gc leaves leases/ itself, empty.
+    with open_transport(str(remote)) as transport:
+        for name in list(transport.list("leases/")):
+            transport.delete(name)
+    report = project.gc_json("--remote", str(remote), "--grace", "0")
+    assert (report["leases_removed"], report["markers_removed"]) == (0, 0)
+    assert list((remote / "leases").iterdir()) == []
+
+
+@pytest.mark.s3
+def test_gc_remote_s3_removes_stale_leases_and_orphan_markers(
+    project: Project, s3_bucket: str
+) -> None:
+    remote_leases_round(project, s3_bucket, young=False)
+
+
+def test_directory_remote_writes_where_gc_pruned_the_directory_meanwhile(tmp_path: Path) -> None:
+    from memostore.transport import DirectoryTransport
+
+    pruned: list[int] = []
+
+    class PrunedMeanwhile(DirectoryTransport):
+        """gc removes the empty directories between a writer's walk and its write."""
+
+        def _write_temp(self, dir_fd: int, leaf: str, data: bytes | Path) -> str:
+            if len(pruned) < 2:  # twice: a writer may be unlucky more than once
+                pruned.append(self.remove_empty_dirs("leases/"))
+            return super()._write_temp(dir_fd, leaf, data)
+
+    writes = (
+        lambda remote, name: remote.put_bytes(name, b"put"),
+        lambda remote, name: remote.add_if_new(name, b"put"),
+        lambda remote, name: remote.set_if_equals(name, None, b"put"),
+    )
+    for i, write in enumerate(writes):
+        pruned.clear()
+        root = tmp_path / f"remote{i}"
+        remote = PrunedMeanwhile(root)
+        name = "leases/f/key.waiting/w-1"
+        write(remote, name)
+        assert pruned == [2, 2]  # key.waiting/ and f/, made anew by each walk
+        assert remote.get_bytes(name) == b"put"
+        remote.delete(name)
+        assert remote.remove_empty_dirs("leases/") == 2
+        assert list((root / "leases").iterdir()) == []

@@ -11,7 +11,11 @@ A remote is a store's files without its local bookkeeping: refs, objects and
   ``--keep-last`` there evict the oldest evaluations first; ``--unused-for``
   means the same as ``--older-than``.
 - **Running**: an evaluation whose record says ``running``, or whose call holds
-  a lease on the remote (``leases/<function>/<key>...``), is kept.
+  a live lease on the remote (exactly ``leases/<function>/<key>``; a waiter's
+  marker beside it is not one), is kept.
+- **Leases**: stale leases, and waiters' markers whose lease is gone, are
+  deleted; on a directory remote, so are the empty directories they leave
+  (``remote_leases.py``).
 - **Age**: an unreachable object is deleted only once the remote says it was
   written longer ago than the grace period (its modification time, from
   :meth:`~memostore.transport.base.Transport.scan`). Where the transport cannot
@@ -46,8 +50,15 @@ from ..remote.config import RemoteConfig, get_remote, open_remote
 from ..remote.sync import check_remote_format, list_remote_refs, parse_ref, read_remote_ref
 from ..remote.transfer import CorruptRemoteObject, read_remote_doc
 from ..remote.walk import checked_links, object_name
-from ..transport import NotFoundOnRemote, RemoteError, Transport, UnsafeRemotePath
+from ..transport import NotFoundOnRemote, Transport, UnsafeRemotePath
 from .eviction import EvictionPolicy, EvictionReport, choose, protect
+from .remote_leases import (
+    LeaseSurvey,
+    counted,
+    prune_lease_dirs,
+    remove_leases,
+    survey_leases,
+)
 from .usage import EVALUATION_REF_PREFIXES, EvaluationUsage, StoreUsage
 
 if TYPE_CHECKING:
@@ -70,6 +81,8 @@ class RemoteGcReport:
     reachable: int = 0
     kept_young: int = 0
     kept_undated: int = 0  # unreachable, but the remote gives no modification time
+    leases_removed: int = 0  # stale leases: their holders are gone
+    markers_removed: int = 0  # waiters' markers left beside no live lease
     restored: list[str] = field(default_factory=list)
     damaged_refs: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -181,21 +194,15 @@ def _usage(
     )
 
 
-def _leased(transport: Transport, usage: StoreUsage) -> set[str]:
-    """Evaluations whose call holds a lease on the remote (computed again right now)."""
-    try:
-        leases = list(transport.list("leases/"))
-    except RemoteError:
-        return set()
-    if not leases:
+def _leased(leases: LeaseSurvey, usage: StoreUsage) -> set[str]:
+    """Evaluations whose call holds a live lease on the remote (computed again right now)."""
+    if not leases.live:
         return set()
     running = set()
     for eid, ev in usage.evaluations.items():
         for ref in ev.refs:
             space, _, call = ref.partition("/")
-            if space in ("evals", "failed") and any(
-                lease[len("leases/") :].startswith(call) for lease in leases
-            ):
+            if space in ("evals", "failed") and call in leases.live:
                 running.add(eid)
     return running
 
@@ -211,12 +218,15 @@ def gc_remote(
 ) -> RemoteGcReport:
     """Evict what *policy* chooses on a remote, then delete what no remote ref reaches.
 
+    Stale leases and the markers their waiters left go too (``remote_leases.py``).
+
     Args:
         store: the local store (names the remote; repairs what a concurrent push needed).
         remote: a configured remote's name, a URL, a RemoteConfig or an open transport.
         policy: eviction policy; None or empty: plain gc.
-        grace_s: unreachable objects written less long ago, and evaluations created
-            less long ago, are kept.
+        grace_s: unreachable objects written less long ago, evaluations created less
+            long ago, leases renewed less long ago and markers written less long ago
+            are kept.
         dry_run: report what would go; change nothing.
         jobs: parallel remote requests.
 
@@ -262,7 +272,8 @@ def _run(
     # A remote keeps no record of hits: an evaluation's last use there is its creation.
     last = {eid: ev.started for eid, ev in usage.evaluations.items()}
     running = {e for e, ev in usage.evaluations.items() if ev.status == "running"}
-    running |= _leased(transport, usage)
+    leases = survey_leases(transport, pool, grace_s, now)
+    running |= _leased(leases, usage)
     protected = protect(usage, last, running, grace_s=grace_s, now=now)
     if not policy.empty:
         report.eviction = choose(usage, policy, last, protected, now=now)
@@ -284,9 +295,12 @@ def _run(
     if dry_run:
         report.objects_deleted = len(garbage)
         report.bytes_freed = sum(listing[i][0] for i in garbage)
+        report.leases_removed, report.markers_removed = counted(leases)
         return
     deleted = _delete(transport, pool, garbage, graph, listing, report)
     _repair(store, transport, pool, graph, marked, deleted, kept_refs, report)
+    report.leases_removed, report.markers_removed = remove_leases(transport, leases)
+    prune_lease_dirs(transport)
 
 
 def _refuse_damaged(refs: dict[str, str], graph: _Graph) -> None:

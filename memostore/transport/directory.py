@@ -16,6 +16,11 @@ the common cluster file systems keep:
 
 Temporary files start with ``.`` and are skipped by :meth:`list`; a writer
 killed mid-copy leaves one behind, which is harmless.
+
+Directories are made as names need them; gc of a remote removes the empty
+ones under ``leases/`` (:meth:`DirectoryTransport.remove_empty_dirs`). A
+writer that walked into a directory just before it was removed walks again
+(:meth:`DirectoryTransport._in_parent`), which makes it anew.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from ..errors import LockTimeout
 from ..filecopy import copy_fd
@@ -65,6 +71,14 @@ _UNREACHABLE_ERRNOS = {
 # errno values of a file system that cannot hard-link (FAT, some FUSE and SMB mounts).
 _NO_LINK_ERRNOS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
 _READ_CHUNK = 8 << 20
+# Walks to a name's directory before a write gives up on finding it in place: each
+# retry follows a removal of that (empty) directory between the walk and the write.
+_WALKS = 3
+# A write in a directory removed since it was opened: ENOENT (ESTALE on NFS).
+_REMOVED_ERRNOS = {errno.ENOENT, errno.ESTALE}
+_T = TypeVar("_T")
+# rmdir's refusals that leave a directory to its users: not empty, gone, not one.
+_NOT_REMOVED_ERRNOS = {errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR}
 
 
 class DirectoryTransport(Transport):
@@ -136,6 +150,26 @@ class DirectoryTransport(Transport):
         finally:
             os.close(dir_fd)
 
+    def _in_parent(self, name: str, write: Callable[[int, str], _T]) -> _T:
+        """``write(descriptor of the directory holding name, last part)``, that
+        directory made if missing, and walked again if it vanished meanwhile.
+
+        gc removes empty directories under ``leases/``: one may go between the
+        walk to it and the write in it (an empty directory was just made, or
+        its last name deleted). The write then fails with ENOENT (ESTALE on
+        NFS) and is made again after a fresh walk. A write that fails so for
+        another reason fails the same way each time, and raises after the last.
+        """
+        walks = 1
+        while True:
+            try:
+                with self._parent(name, create=True) as (fd, leaf):
+                    return write(fd, leaf)
+            except OSError as exc:
+                if walks >= _WALKS or exc.errno not in _REMOVED_ERRNOS:
+                    raise
+            walks += 1
+
     def _translate(self, exc: OSError, action: str, name: str) -> RemoteError:
         where = f"{action} {name} on {self.url}"
         if exc.errno in _UNREACHABLE_ERRNOS:
@@ -201,48 +235,54 @@ class DirectoryTransport(Transport):
 
     # -- the contract ----------------------------------------------------------------
     def put_bytes(self, name: str, data: bytes) -> None:
-        data = bytes(data)
-        with self._os_errors("writing", name), self._parent(name, create=True) as (fd, leaf):
-            check_not_link(fd, leaf, name, self.url)
-            self._replace_with(fd, leaf, data)
+        self._put(name, bytes(data))
 
     def put_file(self, name: str, path: Path) -> None:
         validate_name(name)
-        src = local_file(path)
-        with self._os_errors("writing", name), self._parent(name, create=True) as (fd, leaf):
+        self._put(name, local_file(path))
+
+    def _put(self, name: str, data: bytes | Path) -> None:
+        def write(fd: int, leaf: str) -> None:
             check_not_link(fd, leaf, name, self.url)
-            self._replace_with(fd, leaf, src)
+            self._replace_with(fd, leaf, data)
+
+        with self._os_errors("writing", name):
+            self._in_parent(name, write)
 
     def add_if_new(self, name: str, data: bytes | Path, *, link: bool = False) -> bool:
         validate_name(name)
         data = as_bytes_or_path(data)
-        with self._os_errors("adding", name), self._parent(name, create=True) as (fd, leaf):
-            if check_not_link(fd, leaf, name, self.url) is not None:
-                return False  # skip the copy; link() below settles races
-            if link and self.hardlinks and isinstance(data, Path):
-                linked = self._link_immutable(data, fd, leaf)
-                if linked is not None:
-                    return linked
-            tmp = self._write_temp(fd, leaf, data)
+        with self._os_errors("adding", name):
+            return self._in_parent(name, lambda fd, leaf: self._add(name, data, link, fd, leaf))
+
+    def _add(self, name: str, data: bytes | Path, link: bool, fd: int, leaf: str) -> bool:
+        """add_if_new in the directory *fd*, as *leaf*."""
+        if check_not_link(fd, leaf, name, self.url) is not None:
+            return False  # skip the copy; link() below settles races
+        if link and self.hardlinks and isinstance(data, Path):
+            linked = self._link_immutable(data, fd, leaf)
+            if linked is not None:
+                return linked
+        tmp = self._write_temp(fd, leaf, data)
+        try:
             try:
-                try:
-                    os.link(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
-                except FileExistsError:
+                os.link(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno not in _NO_LINK_ERRNOS:
+                    raise
+                # No hard links here: check-then-rename. Two racing writers
+                # may both report True, but both wrote the same immutable
+                # content and readers still never see a partial file.
+                if check_not_link(fd, leaf, name, self.url) is not None:
                     return False
-                except OSError as exc:
-                    if exc.errno not in _NO_LINK_ERRNOS:
-                        raise
-                    # No hard links here: check-then-rename. Two racing writers
-                    # may both report True, but both wrote the same immutable
-                    # content and readers still never see a partial file.
-                    if check_not_link(fd, leaf, name, self.url) is not None:
-                        return False
-                    os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
-                self._sync_dir(fd)
-                return True
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp, dir_fd=fd)
+                os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+            self._sync_dir(fd)
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
 
     def _link_immutable(self, src: Path, dir_fd: int, leaf: str) -> bool | None:
         """Hard-link *src*, a file that never changes, as *leaf* of *dir_fd*.
@@ -403,6 +443,56 @@ class DirectoryTransport(Transport):
             except (FileNotFoundError, NotADirectoryError):
                 return
 
+    def remove_empty_dirs(self, prefix: str) -> int:
+        """Remove the empty directories below the directory *prefix* (not it); their count.
+
+        A directory is removed only while it is empty (``rmdir`` refuses any
+        other), deepest first, so one emptied by removing its own empty
+        children goes too, and a name written meanwhile is never lost; a
+        writer that walked into a directory just before it went walks again
+        (:meth:`_in_parent`). Links are never followed, nor removed.
+        """
+        validate_prefix(prefix)
+        start = prefix.rstrip("/")
+        found: list[str] = []
+        stack = [start]
+        with self._os_errors("cleaning", prefix or "/"):
+            self._check_root()
+            while stack:
+                rel = stack.pop()
+                try:
+                    fd = self._open_dir(rel)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # absent, or removed while we walked
+                try:
+                    with os.scandir(fd) as it:
+                        subdirs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+                finally:
+                    os.close(fd)
+                for part in subdirs:
+                    if not _is_reserved(part):
+                        child = f"{rel}/{part}" if rel else part
+                        found.append(child)
+                        stack.append(child)
+            removed = 0
+            for rel in sorted(found, key=lambda r: r.count("/"), reverse=True):
+                parent, _, leaf = rel.rpartition("/")
+                try:
+                    fd = self._open_dir(parent)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                try:
+                    os.rmdir(leaf, dir_fd=fd)
+                except OSError as exc:
+                    # Written to meanwhile, gone already, or a link put in its place.
+                    if exc.errno not in _NOT_REMOVED_ERRNOS:
+                        raise
+                else:
+                    removed += 1
+                finally:
+                    os.close(fd)
+        return removed
+
     @staticmethod
     def _unlink_file(dir_fd: int, leaf: str) -> None:
         st = os.stat(leaf, dir_fd=dir_fd, follow_symlinks=False)
@@ -413,8 +503,17 @@ class DirectoryTransport(Transport):
     def set_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         validate_name(name)
         new = bytes(new)
-        with self._os_errors("updating", name), self._parent(name, create=True) as (fd, leaf):
-            check_not_link(fd, leaf, name, self.url)
+        with self._os_errors("updating", name):
+            return self._in_parent(name, lambda fd, leaf: self._swap(name, old, new, fd, leaf))
+
+    def _swap(self, name: str, old: bytes | None, new: bytes, fd: int, leaf: str) -> bool:
+        """set_if_equals in the directory *fd*, as *leaf*."""
+        check_not_link(fd, leaf, name, self.url)
+        # The new content first, beside the name: it also keeps the directory from
+        # being removed as empty (gc) while the lock below is taken in it, where a
+        # vanished directory would keep the lock's creator retrying.
+        tmp = self._write_temp(fd, leaf, new)
+        try:
             # The lock protocol takes paths: one through the descriptor, so that a link
             # swapped in above the ref cannot move the lock (or the ref) elsewhere.
             through_fd = proc_path(fd, leaf)
@@ -443,10 +542,15 @@ class DirectoryTransport(Transport):
                     return False
                 # A temporary file of our own, not LockFile.commit(): the lock file
                 # keeps holding only its holder's record, which waiters parse.
-                self._replace_with(fd, leaf, new)
+                # rename() replaces a link at *leaf* itself; it never writes through one.
+                os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+                self._sync_dir(fd)
                 return True
             finally:
                 lock.release()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
 
 
 def _read_all(fd: int) -> bytes:
