@@ -104,6 +104,12 @@ TARGETS = (
     Target(18, "Collective hit-or-miss decision per call inside a torch.distributed job "
            "(2 gloo ranks, hit of a tiny call, vs the same hit in one process)", "<= 5 ms",
            ("distributed.decision",)),
+    Target(19, "du, 10,000 evaluations (--quick: 2,000)", "< 1 s",
+           ("lifecycle.du", "lifecycle.du_json")),
+    Target(19, "gc --max-size: evict a store of 100,000 objects (--quick: 20,000) to half its "
+           "size", "< 10 s", ("lifecycle.evict_half",)),
+    Target(19, "Hit overhead with last-use tracking on (bench_memo.py)", "<= 0.5x joblib.Memory",
+           ("memo.hit_overhead",)),
 )  # fmt: skip
 
 
@@ -136,6 +142,8 @@ BENCHES = (
     Bench("bench_clusters.py", (),
           ("--rounds", "1", "--writers", "8", "--calls", "20", "--decisions", "100"), "18"),
     Bench("bench_distributed.py", (), ("--calls", "200"), "18"),
+    Bench("bench_lifecycle.py", (), ("--count", "2000", "--runs", "3", "--evict-objects", "20000"),
+          "19"),
 )  # fmt: skip
 
 

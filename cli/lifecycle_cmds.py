@@ -166,9 +166,14 @@ def _json_text(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(fields) + "\n}"
 
 
+# One encoder for every item: json.dumps with options builds a new one per call,
+# a third of the cost of 10,000 small items.
+_COMPACT = json.JSONEncoder(allow_nan=False, default=str, separators=(", ", ": "))
+
+
 def _compact_json(value: Any) -> str:
     try:
-        return json.dumps(value, allow_nan=False, default=str, separators=(", ", ": "))
+        return _COMPACT.encode(value)
     except ValueError:  # a non-finite float somewhere: spell it as a string
         return json.dumps(json_safe(value), default=str, separators=(", ", ": "))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.machinery
-import importlib.metadata
 import os
 import site
 import sys
@@ -173,6 +172,8 @@ def find_module_file(name: str) -> str | None:
 
 @functools.cache
 def _packages_distributions() -> dict[str, tuple[str, ...]]:
+    import importlib.metadata  # ~20 ms: only when a third-party module is pinned
+
     mapping = importlib.metadata.packages_distributions()
     return {top: tuple(sorted(set(names))) for top, names in mapping.items()}
 
@@ -185,6 +186,8 @@ def _owners(top: str) -> tuple[str, ...]:
     ``packages_distributions()``, which reads every installed distribution's
     file list.
     """
+    import importlib.metadata  # ~20 ms: imported on first use, not with memostore
+
     try:
         dist = importlib.metadata.distribution(top)
     except (importlib.metadata.PackageNotFoundError, ValueError):
@@ -202,6 +205,8 @@ def distribution_pin(module_name: str) -> tuple[str, str]:
     are joined with commas; a module that no distribution owns is pinned by
     its top-level name and its ``__version__`` (or ``unknown``).
     """
+    import importlib.metadata
+
     top = module_name.partition(".")[0]
     owners = _owners(top)
     pins: list[str] = []

@@ -38,7 +38,6 @@ from collections.abc import Hashable, Iterator
 from dataclasses import asdict
 from typing import Any
 
-from .checkouts import ensure_checkout
 from .codecs import Codec, register_codec
 from .errors import DecodeError
 from .file_digests import RACY_WINDOW_NS, content_digest
@@ -133,6 +132,8 @@ def _arrow_file(objects: Any, blob: Any, size: Any) -> str:
         raise DecodeError(f"malformed Arrow table node: blob {blob!r}")
     key = digest_bytes(b"memostore:arrow:" + blob.encode())
     entry = SnapshotEntry(_ARROW_NAME, blob, size, False)
+    from .checkouts import ensure_checkout  # imported when a table is restored, not with memostore
+
     return str(ensure_checkout(objects, key, "Arrow table", _ARROW_NAME, False, (entry,)))
 
 

@@ -33,7 +33,10 @@ cannot go stale; what could make it lie, and why gc still may trust it:
   is used only when every id it links is in the store's listing, which a
   mangled id fails; the document is read then.
 
-fsck never uses the cache: it reads and checks every document itself.
+A well-formed line written on purpose to leave a link out is believed: the
+cache is a file of the store, and whoever can write the store can delete its
+objects as well (docs/format.md, "Links cache"). fsck never uses the cache:
+it reads and checks every document itself, so it names what such a line freed.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ __all__ = [
 SMALL_PACK_BYTES = 32 << 20
 MERGE_MIN_PACKS = 16
 # The sweep deletes loose objects on this many threads, in batches of this many.
-_DELETE_THREADS = 8
+_DELETE_THREADS = 16
 _DELETE_BATCH = 64
 
 DEFAULT_GRACE_S = 3600.0
@@ -178,14 +181,18 @@ class _Marker:
 
 def _roots(store: Store) -> list[str]:
     """What gc keeps: every ref's target and the objects of evaluations in progress."""
-    damaged = getattr(store.refs, "iter_damaged", None)
-    if damaged is not None:
-        # Files no ref writer makes (bad names, links) are never read as refs: not roots.
-        for name, reason in damaged(foreign=False):
-            raise MemostoreError(
-                f"gc stopped before deleting anything: ref {name} is damaged ({reason}); "
-                "delete or repair that ref file, then run gc again"
-            )
+    list_checked = getattr(store.refs, "list_checked", None)
+    if list_checked is not None:
+        # One read of each ref file: the listing names the damaged ones as it goes.
+        refs, damaged = list_checked()
+    else:
+        refs, damaged = list(store.refs.iter("")), []
+    # Files no ref writer makes (bad names, links) are never read as refs: not roots.
+    for name, reason in damaged:
+        raise MemostoreError(
+            f"gc stopped before deleting anything: ref {name} is damaged ({reason}); "
+            "delete or repair that ref file, then run gc again"
+        )
     damaged_pending = getattr(store, "damaged_pending", None)
     for path, reason in damaged_pending() if damaged_pending is not None else ():
         raise MemostoreError(
@@ -193,7 +200,7 @@ def _roots(store: Store) -> list[str]:
             "it keeps is unknown; if no memoised call is running on this store, delete that "
             "file, then run gc again"
         )
-    roots = [target for _, target in store.refs.iter("")]
+    roots = [target for _, target in refs]
     pending = getattr(store, "pending_roots", None)
     if pending is not None:
         roots.extend(pending())

@@ -28,11 +28,10 @@ import time
 import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from . import context, hits, recording, single_flight, verbose
+from . import context, hits, recording, verbose
 from .decoding import Decoder
-from .distributed import calls as ranks
 from .effects import rng
 from .effects.arguments import MISSING, Watched
 from .encoding import Encoder, HashSink
@@ -50,12 +49,33 @@ from .lifecycle import last_use
 from .store import Store
 from .trust.errors import UntrustedCode
 
+if TYPE_CHECKING:
+    from . import single_flight
+    from .distributed import calls as ranks
+
+
+def _load_call_modules() -> None:
+    """Import single-flight and torch.distributed support with the first ``@memo``.
+
+    About 15 ms that ``import memostore`` alone (every CLI command) need not pay;
+    a decorated function needs both from its first call on, so its decoration
+    imports them (once: later calls find them in ``sys.modules``).
+    """
+    global single_flight, ranks
+    from . import single_flight
+    from .distributed import calls as ranks
+
+
 __all__ = ["MemoizedFunction", "call_key", "memo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _stores: dict[Path, Store] = {}
 _stores_lock = threading.Lock()
+
+
+# What a look-up found under a ref it could not read (see _restore_if_moved).
+_DAMAGED_REF = "damaged"
 
 
 def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
@@ -104,6 +124,7 @@ class MemoizedFunction:
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@memo needs a function, got {fn!r}")
+        _load_call_modules()
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
         self._fn = fn
@@ -235,7 +256,8 @@ class MemoizedFunction:
         if isinstance(outcome, ranks.Computed):
             return outcome.result
         ref = eval_ref_name(self.symbol, call.key)
-        hit = self._restore(store, ref, call) if outcome is None else outcome
+        seen: list[str | None] = []  # what the lookup found under the ref
+        hit = self._restore(store, ref, call, seen) if outcome is None else outcome
         flight = None
         if not isinstance(hit, hits.Hit) and self._wait is not False:
             # Only after a miss: another caller computing this key is waited for.
@@ -246,6 +268,7 @@ class MemoizedFunction:
                 call.key,
                 self._wait,
                 lambda: self._restore(store, ref, call),
+                recheck=lambda: self._restore_if_moved(store, ref, call, seen),
             )
             if flight.hit is not None:
                 hit = flight.hit
@@ -304,16 +327,23 @@ class MemoizedFunction:
             remember=_remember_restored,
         )
 
-    def _restore(self, store: Store, ref: str, call: KeyedCall) -> hits.Hit | str:
+    def _restore(
+        self, store: Store, ref: str, call: KeyedCall, seen: list[str | None] | None = None
+    ) -> hits.Hit | str:
         """The hit for *call*, fully planned (nothing changed yet), or why it misses.
 
-        The reason is "" when there is no stored call of this key at all.
+        The reason is "" when there is no stored call of this key at all. *seen*,
+        if given, receives what the ref named (None: nothing).
         """
         try:
             evaluation_id = store.refs.read(ref)
         except MemostoreError as exc:
+            if seen is not None:
+                seen.append(_DAMAGED_REF)
             _warn(f"ignoring damaged ref {ref}: {exc}")
             return "its ref is damaged"
+        if seen is not None:
+            seen.append(evaluation_id)
         if evaluation_id is None:
             # A local miss: a remote configured with auto-fetch may know this call.
             from .remote import fetch_on_miss
@@ -348,6 +378,25 @@ class MemoizedFunction:
         except (DecodeError, MemostoreError, ValueError) as exc:
             _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
             return "the stored result cannot be restored"
+
+    def _restore_if_moved(
+        self, store: Store, ref: str, call: KeyedCall, seen: list[str | None]
+    ) -> hits.Hit | str:
+        """:meth:`_restore`, unless the ref still names what the first lookup found.
+
+        The look again once this call holds the lease: only a result another
+        process published meanwhile can answer it, and an evaluation that could
+        not be used a moment ago (damaged, another RNG state) must not be tried,
+        and warned about, twice.
+        """
+        if seen:
+            try:
+                now = store.refs.read(ref)
+            except MemostoreError:
+                now = _DAMAGED_REF
+            if now == seen[0]:
+                return "the stored call is unchanged"
+        return self._restore(store, ref, call)
 
     def _heal(self, store: Store, call: KeyedCall, body: dict[str, Any]) -> None:
         """Write back what a hit's evaluation lacks: its arguments' objects or code document.

@@ -16,12 +16,12 @@ import re
 import stat
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .errors import MemostoreError, RefError
 from .inside import CheckedDirs, make_dirs_beneath, refusal
-from .lockfile import LockFile
+from .lockfile import LockFile, SharedRecord
 from .objects import is_object_id
 
 # Matched with fullmatch: "$" would also accept a part ending in a newline.
@@ -240,18 +240,46 @@ class DiskRefContainer(BaseRefContainer):
         return True, current
 
     def delete_if_equals(self, name: str, old: str | None) -> bool:
-        path = self.path_of(name)
+        return self._delete_if_equals(name, old, None)
+
+    def delete_many_if_equals(self, pairs: Iterable[tuple[str, str | None]]) -> int:
+        """:meth:`delete_if_equals` for each (name, old) of *pairs*; how many went.
+
+        Each deletion is the same compare-and-delete under that ref's own lock
+        file, so it is as safe against a writer re-pointing the ref: the writer
+        either took the lock first (the value read under the lock is then its
+        new one, which differs from *old*, and the ref stays) or waits for the
+        lock and writes after the deletion, which it may (a ref is created by
+        the same update). Only the making of each lock is cheaper: the locks
+        are hard links to one holder record (:class:`~.lockfile.SharedRecord`)
+        instead of a record file each.
+        """
+        deleted = 0
+        with SharedRecord(self._refs_dir_str) as shared:
+            for name, old in pairs:
+                deleted += self._delete_if_equals(name, old, shared)
+        return deleted
+
+    def _delete_if_equals(self, name: str, old: str | None, shared: SharedRecord | None) -> bool:
+        check_ref_name(name)
         self._refuse_linked_dirs(name)
-        if not path.exists():
+        path = os.path.join(self._refs_dir_str, name)
+        if not os.path.lexists(path):
             return False
-        with LockFile(path):
-            current = self._read_for_update(name)
-            if current is None and not path.exists():
-                return False
+        with LockFile(path, shared=shared):
+            # Read again while holding the lock: a writer may have re-pointed it.
+            try:
+                data = _read_ref_file(path, name)
+                current = None if data is None else _parse_ref_content(name, data)
+            except RefError:
+                current = None  # a damaged ref may always be overwritten (or deleted)
+                data = b""
+            if data is None:
+                return False  # deleted meanwhile
             if old is not None and current != old:
                 return False
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)
         return True
 
     def iter(self, prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -264,6 +292,20 @@ class DiskRefContainer(BaseRefContainer):
             return  # never listed through a link (fsck names it)
         base = f"{self._refs_dir_str}/{base_rel}" if base_rel else self._refs_dir_str
         yield from _iter_ref_dir(base, f"{base_rel}/" if base_rel else "", prefix)
+
+    def list_checked(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """Every ref in one pass: ((name, id) of the readable ones, (name, reason)
+        of those whose content is damaged or cannot be read).
+
+        The refs are those :meth:`iter` lists; the damaged ones those
+        ``iter_damaged(foreign=False)`` names (files no ref writer makes are in
+        neither list). gc reads the refs this way, once per pass.
+        """
+        damaged: list[tuple[str, str]] = []
+        if self._dirs.link_on_way("refs") is not None:
+            return [], damaged  # never listed through a link (fsck names it)
+        refs = list(_iter_ref_dir(self._refs_dir_str, "", "", damaged))
+        return refs, damaged
 
     def iter_damaged(self, foreign: bool = True) -> Iterator[tuple[str, str]]:
         """(name, reason) for each file under ``refs/`` that is not a readable ref (for fsck).
@@ -316,11 +358,15 @@ def _is_ref_part(part: str) -> bool:
     )
 
 
-def _iter_ref_dir(path: str, rel: str, prefix: str) -> Iterator[tuple[str, str]]:
+def _iter_ref_dir(
+    path: str, rel: str, prefix: str, damaged: list[tuple[str, str]] | None = None
+) -> Iterator[tuple[str, str]]:
     """(name, id) of the readable refs under directory *path* (named *rel*), as
     :meth:`DiskRefContainer.iter` lists them: a directory's files first, then each
     subdirectory in turn; links, non-regular files, invalid names and damaged refs
-    skipped.
+    skipped. With a *damaged* list, each ref whose content is damaged or cannot be
+    read is appended to it as (name, reason), as ``iter_damaged(foreign=False)``
+    names it.
 
     One ``scandir`` per directory and one open and read per ref: the kind of each
     entry comes from the directory listing, each name part is checked once.
@@ -346,19 +392,25 @@ def _iter_ref_dir(path: str, rel: str, prefix: str) -> Iterator[tuple[str, str]]
             continue  # lock files and temporaries are invalid parts too
         try:
             fd = os.open(entry.path, _READ_FLAGS)
-        except OSError:
+        except OSError as exc:
+            if damaged is not None and exc.errno not in _GONE_OR_FOREIGN:
+                damaged.append((name, _unreadable(name, entry.path, exc)))
             continue  # deleted meanwhile, or replaced by a link
         try:
             # A regular file when listed; one replaced since by a directory fails
             # the read, by a FIFO reads empty: either way no ref, as before.
             data = os.read(fd, _REF_READ_MAX)
-        except OSError:
+        except OSError as exc:
+            if damaged is not None and exc.errno != errno.EISDIR:
+                damaged.append((name, _unreadable(name, entry.path, exc)))
             continue
         finally:
             os.close(fd)
         try:
             target = _parse_ref_content(name, data)
-        except RefError:
+        except RefError as exc:
+            if damaged is not None:
+                damaged.append((name, str(exc)))
             continue
         yield name, target
     for entry in subdirs:
@@ -367,7 +419,16 @@ def _iter_ref_dir(path: str, rel: str, prefix: str) -> Iterator[tuple[str, str]]
             continue  # every name below would be invalid
         if not (sub.startswith(prefix) or prefix.startswith(sub)):
             continue  # no name below can start with the prefix
-        yield from _iter_ref_dir(entry.path, sub, prefix)
+        yield from _iter_ref_dir(entry.path, sub, prefix, damaged)
+
+
+# open() errors of a ref file that was deleted, or replaced by a link or a
+# directory, since it was listed: no ref there, as iter_damaged sees it.
+_GONE_OR_FOREIGN = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+
+
+def _unreadable(name: str, path: str, exc: OSError) -> str:
+    return f"ref {name} cannot be read ({exc.strerror or exc}); check {path}"
 
 
 def _read_ref_file(path: str, name: str) -> bytes | None:

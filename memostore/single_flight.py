@@ -141,6 +141,7 @@ def begin(
     key: str,
     wait: bool | float,
     restore: Callable[[], Any],
+    recheck: Callable[[], Any] | None = None,
 ) -> Flight:
     """Wait for, or take on, the computation of the call named *ref*.
 
@@ -151,6 +152,8 @@ def begin(
         key: the call key.
         wait: True, or the longest wait in seconds.
         restore: looks the call up again: a hit, or a str (why it misses).
+        recheck: the look-up made once the lease is taken (default: *restore*);
+            it may skip what the caller's own look-up already found.
 
     Returns:
         A :class:`Flight`; with its hit None, the caller computes inside it.
@@ -183,7 +186,7 @@ def begin(
         try:
             if store.root is None:
                 return flight  # threads only: an in-memory store has no other process
-            found = _across_processes(store, ref, symbol, key, deadline, restore)
+            found = _across_processes(store, ref, symbol, key, deadline, restore, recheck)
             if isinstance(found, leases.Lease) or found is None:
                 flight._lease = found
                 # Machines sharing only an auto-fetch remote (nothing without one).
@@ -230,6 +233,7 @@ def _across_processes(
     key: str,
     deadline: float | None,
     restore: Callable[[], Any],
+    recheck: Callable[[], Any] | None = None,
 ) -> Any:
     """The lease taken (compute), a hit another process stored, or None (compute unleased)."""
     root = str(store.root)
@@ -242,7 +246,7 @@ def _across_processes(
         # Looked up again under the lease: a holder that published and left between
         # our lookup and this create would otherwise be computed once more (a ref
         # read, ~10 us, against the milliseconds a miss takes to store).
-        return _restored_or(lease, restore)
+        return _restored_or(lease, recheck or restore)
     try:
         return _wait_for_holder(path, root, symbol, key, deadline, restore)
     except (OSError, MemostoreError):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkouts import ensure_checkout
 from .codecs import Codec, register_codec
 from .errors import CorruptObject, DecodeError, EncodeError, MemostoreError
 from .objects import canonical_json, digest_bytes, new_hasher
@@ -155,6 +154,8 @@ class SnapshotCodec(Codec):
     def decode(self, node: dict[str, Any], dec: Any) -> Snapshot:
         name, is_dir, entries = _parse_node(node)
         key = digest_bytes(canonical_json(node))
+        from .checkouts import ensure_checkout  # on first restore, not with memostore
+
         path = ensure_checkout(dec.objects, key, "snapshot", name, is_dir, entries)
         return Snapshot(path, name, is_dir, entries)
 

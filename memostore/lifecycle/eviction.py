@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ..store import Store
 
 # Refs are deleted on this many threads, in batches of this many.
-_REF_THREADS = 8
+_REF_THREADS = 16
 _REF_BATCH = 32
 
 
@@ -299,11 +299,15 @@ def _remove(store: Store, evicted: list[Evicted]) -> int:
         for name in ev.refs
         if name.startswith(REMOVABLE_PREFIXES)
     ]
-    if len(work) < _REF_BATCH:
-        return sum(store.refs.delete_if_equals(name, eid) for name, eid in work)
+    many = getattr(store.refs, "delete_many_if_equals", None)
 
     def delete(batch: list[tuple[str, str]]) -> int:
+        if many is not None:
+            return many(batch)  # one holder record for the batch's lock files
         return sum(store.refs.delete_if_equals(name, eid) for name, eid in batch)
+
+    if len(work) < _REF_BATCH:
+        return delete(work)
 
     batches = [work[i : i + _REF_BATCH] for i in range(0, len(work), _REF_BATCH)]
     with ThreadPoolExecutor(_REF_THREADS, thread_name_prefix="memostore-evict") as pool:
