@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import math
 import os
 import sys
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import jsonlines
 from ..objects import is_object_id
 
 if TYPE_CHECKING:
@@ -204,16 +204,7 @@ def compact(store: Store, keep: Iterable[str]) -> None:
                 for eid, use in sorted(merged.items())
                 if eid in wanted
             )
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(lines)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
-                raise
+            jsonlines.replace(path, lines, tmp)
             # Appends that reached the old file between our read and the rename: keep
             # those of kept evaluations (a torn tail is skipped like any torn line).
             late = _parse(data[end:] + old.read())
@@ -335,17 +326,7 @@ def _merge(into: dict[str, LastUse], more: Mapping[str, LastUse]) -> None:
 
 def _parse(data: bytes) -> dict[str, LastUse]:
     """Merged entries of whole lines; a line of another shape (torn, damaged) is skipped."""
-    lines = [line for line in data.split(b"\n") if line.strip()]
-    try:
-        # One parse of the whole text is several times faster than one per line.
-        parsed = json.loads(b"[" + b",".join(lines) + b"]")
-    except (ValueError, RecursionError):
-        parsed = []
-        for line in lines:
-            try:
-                parsed.append(json.loads(line))
-            except (ValueError, RecursionError):
-                continue  # torn by a crash mid-append
+    parsed = jsonlines.parse(data)
     # Merged as plain lists first: a frozen dataclass per line would cost more than
     # the parse itself on a long log.
     acc: dict[str, list[Any]] = {}

@@ -36,10 +36,12 @@ import contextlib
 import math
 import os
 import re
+import uuid
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import jsonlines
 from ..refs import ref_part, unescape_ref_part
 
 if TYPE_CHECKING:
@@ -173,16 +175,7 @@ def append(
     if not data:
         return
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            # One write per batch: O_APPEND keeps concurrent writers' lines whole.
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-        finally:
-            os.close(fd)
+        jsonlines.append(path, data)
 
 
 def rewrite(store: Store, keep: Iterable[str]) -> int:
@@ -197,18 +190,8 @@ def rewrite(store: Store, keep: Iterable[str]) -> int:
         return 0
     entries, documents = _load(store)
     lines = [_line(i, entries[i], i in documents) for i in keep if i in entries]
-    tmp = path.with_name(f"{LINKS_FILENAME}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(b"".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    tmp = path.with_name(f"{LINKS_FILENAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    jsonlines.replace(path, b"".join(lines), tmp)
     return len(lines)
 
 
