@@ -69,11 +69,18 @@ from _common import report, result, rotate
 
 from memostore import Store, forget_digest, ignore_global, memo
 from memostore.hashing import digest_value
+from memostore.lifecycle import last_use
 from memostore.remote import pull, push
 from memostore.verified import forget_known, hashed_bytes
 from torch_codecs import checks
 
 TENSORS = 200
+
+
+def _remove(path: Path) -> None:
+    """Delete a store directory, its hits' last-use notes written first (not into rmtree)."""
+    last_use.flush()
+    shutil.rmtree(path)
 
 
 def make_state_dict(size_mib: int) -> dict[str, torch.Tensor]:
@@ -140,7 +147,7 @@ def bench_store_restore(size_mib: int, runs: int, work: Path) -> list[dict]:
         times["st_store"].append(timed(lambda path=path: _fsynced_save(sd, path))[0])
         push(Store(root), str(remote))
         pull(Store(pulled), str(remote))
-        shutil.rmtree(remote)
+        _remove(remote)
         produce_pulled = _memoised(sd, pulled, ran)
         assert produce_pulled.key("miss") == produce.key("miss")
 
@@ -170,8 +177,8 @@ def bench_store_restore(size_mib: int, runs: int, work: Path) -> list[dict]:
             if isinstance(out, dict):
                 assert torch.equal(out["layer7.weight"], sd["layer7.weight"])
         assert ran == ["miss"], f"every restore a hit: {ran}"
-        shutil.rmtree(root)
-        shutil.rmtree(pulled)
+        _remove(root)
+        _remove(pulled)
         path.unlink()
 
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -246,7 +253,7 @@ def bench_dedup(work: Path) -> dict:
         f"dedup (10 results x 10 Linear(1000,1000), 9 shared): store holds {held / 1e6:.1f} MB "
         f"for {unique / 1e6:.1f} MB unique, ratio {ratio:.3f} (target <= 1.15)"
     )
-    shutil.rmtree(root)
+    _remove(root)
     return result(
         "torch.dedup",
         "Store size: 10 results of 10 Linear(1000, 1000), 9 layers shared",
@@ -383,7 +390,7 @@ def bench_train_keys(dataset_mb: int, runs: int, work: Path) -> dict:
         f"keys from the loader's miss {[round(c * 1e3, 2) for c in from_miss]} ms, "
         f"from its hit {[round(c * 1e3, 2) for c in from_hit]} ms"
     )
-    shutil.rmtree(root)
+    _remove(root)
     return result(
         "keys.train_calls",
         f"Key of each later train(dataset, k) call, {dataset_mb} MB dataset from a memoised loader",

@@ -262,7 +262,8 @@ def _append(path: Path, entries: Mapping[str, list[Any]]) -> None:
         _write_once(path, entries)
     except FileNotFoundError:
         # First use of this store (or usage/ removed): create the directory, retry once.
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Not its parents: a store deleted meanwhile must stay deleted.
+        path.parent.mkdir(exist_ok=True)
         _write_once(path, entries)
 
 
