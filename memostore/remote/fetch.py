@@ -56,7 +56,7 @@ FETCH_JOBS = 8
 _lock = threading.Lock()
 # config path -> (file stamp, auto-fetch remotes); a stamp of None: no config file.
 _config_cache: dict[Path, tuple[Any, list[RemoteConfig]]] = {}
-_transports: dict[tuple[str, str | None], Transport] = {}
+_transports: dict[tuple[str, str | None, str], Transport] = {}
 _down_since: dict[tuple[str, str | None], float] = {}
 _warned: set[Any] = set()
 
@@ -170,13 +170,14 @@ def _mark_down(key: tuple[str, str | None], remote: RemoteConfig, exc: BaseExcep
     )
 
 
-def _transport(remote: RemoteConfig) -> Transport:
-    key = (remote.url, remote.endpoint)
+def _transport(remote: RemoteConfig, purpose: str = "fetch") -> Transport:
+    """The transport of *remote* for *purpose* (its timeouts: ``open_remote``), kept per process."""
+    key = (remote.url, remote.endpoint, purpose)
     with _lock:
         transport = _transports.get(key)
     if transport is None:
         # Opening touches no network; S3 clients are thread-safe and reused.
-        transport = open_remote(remote, "fetch")
+        transport = open_remote(remote, purpose)
         with _lock:
             transport = _transports.setdefault(key, transport)
     return transport

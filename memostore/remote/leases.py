@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 from .. import leases as local_leases
 from .. import lockfile
 from ..errors import MemostoreError
-from .config import RemoteConfig, open_remote
+from .config import RemoteConfig
 
 # fetch's transports and down-marks are shared, so that a remote is opened,
 # skipped and warned about once, whether a lookup or a lease found it down.
@@ -116,7 +116,6 @@ _EXPIRES_RANGE = (0.5, 24 * 3600.0)
 
 _lock = threading.Lock()
 _refused: dict[tuple[str, str | None], float] = {}
-_push_transports: dict[tuple[str, str | None], Transport] = {}
 _format_checked: set[str] = set()
 _config_paths: dict[Any, Any] = {}
 # (pid, its start time), read from /proc once per process.
@@ -222,7 +221,7 @@ class RemoteLease:
             return  # nothing stored by this call (its result could not be stored)
         function = self._record.get("function", "?")
         try:
-            transport = _push_transport(self._remote)
+            transport = _transport(self._remote, "push")
             if transport.url not in _format_checked:
                 check_remote_format(transport, create=True)
                 _format_checked.add(transport.url)
@@ -535,31 +534,15 @@ def _gone(record: dict[str, Any] | None, remote: RemoteConfig) -> str:
     return f"stopped its heartbeat in remote {remote.name or remote.url}{ago} while computing"
 
 
-def _push_transport(remote: RemoteConfig) -> Transport:
-    """A transport with the timeouts of a push (uploads may be big), kept per remote."""
-    where = (remote.url, remote.endpoint)
-    with _lock:
-        transport = _push_transports.get(where)
-    if transport is None:
-        transport = open_remote(remote, "push")
-        with _lock:
-            transport = _push_transports.setdefault(where, transport)
-    return transport
-
-
 def _label(remote: RemoteConfig) -> str:
     return f"{remote.name} ({remote.url})" if remote.name else remote.url
 
 
 def reset_state() -> None:
-    """Forget refused remotes and cached transports (tests)."""
+    """Forget refused remotes (tests); ``fetch.reset_state`` closes the transports."""
     with _lock:
-        transports = list(_push_transports.values())
         _refused.clear()
-        _push_transports.clear()
         _format_checked.clear()
-    for transport in transports:
-        transport.close()
 
 
 __all__ = [

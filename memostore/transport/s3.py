@@ -388,6 +388,18 @@ class S3Transport(Transport):
         return self._list(prefix)
 
     def _list(self, prefix: str) -> Iterator[str]:
+        for name, _ in self._listed(prefix):
+            yield name
+
+    def scan(self, prefix: str = "") -> Iterator[Listed]:
+        validate_prefix(prefix)
+        for name, item in self._listed(prefix):
+            modified = item.get("LastModified")
+            when = modified.timestamp() if modified is not None else None
+            yield Listed(name, int(item.get("Size", 0)), when)
+
+    def _listed(self, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(name, listing entry) of each key under *prefix* a transport could have written."""
         base = f"{self.prefix}/" if self.prefix else ""
         with self._errors("listing", prefix or "/"):
             paginator = self._client.get_paginator("list_objects_v2")
@@ -396,20 +408,7 @@ class S3Transport(Transport):
                     name = item["Key"][len(base) :]
                     # Skip keys no transport could have written ("dir/" markers, "a//b").
                     if is_valid_name(name):
-                        yield name
-
-    def scan(self, prefix: str = "") -> Iterator[Listed]:
-        validate_prefix(prefix)
-        base = f"{self.prefix}/" if self.prefix else ""
-        with self._errors("listing", prefix or "/"):
-            paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
-                for item in page.get("Contents", ()):
-                    name = item["Key"][len(base) :]
-                    if is_valid_name(name):
-                        modified = item.get("LastModified")
-                        when = modified.timestamp() if modified is not None else None
-                        yield Listed(name, int(item.get("Size", 0)), when)
+                        yield name, item
 
     def delete(self, name: str) -> None:
         key = self._key(name)
