@@ -21,12 +21,15 @@ mostly measures the other processes. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,20 +132,26 @@ def measure_evict_half(objects: int) -> None:
         build_store(built, objects // 4, 0)
         root = tmp / "store"
         shutil.copytree(built, root, symlinks=True)
+        floor_root = tmp / "floor"
+        shutil.copytree(built, floor_root, symlinks=True)
         shutil.rmtree(shm, ignore_errors=True)
+        os.sync()  # neither copy's writeback competes with the timed deletions
         usage = compute_usage(Store(root))
         before, count = usage.total_bytes, len(usage.object_sizes)
         start, cpu = time.perf_counter(), time.process_time()
         report = evict(Store(root), EvictionPolicy(max_size=before // 2), grace_s=0)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         after = compute_usage(Store(root)).total_bytes
-        deleted = len(report.gc.deleted) if report.gc is not None else 0
+        gone = report.gc.deleted if report.gc is not None else []
+        refs = [name for e in report.evicted for name in e.refs]
+        floor = _unlink_floor(floor_root, gone, refs)
         verdict = "ok" if wall < EVICT_TARGET_S else "SLOW"
         print(
             f"{'gc --max-size (half the store)':34s} {wall * 1000:6.0f} ms wall  "
             f"{cpu * 1000:6.0f} ms cpu   (target {EVICT_TARGET_S:.0f} s: {verdict}); "
-            f"{len(report.evicted)} evaluations, {deleted} of {count} objects deleted, "
-            f"{before} -> {after} bytes"
+            f"{len(report.evicted)} evaluations, {len(gone)} of {count} objects deleted, "
+            f"{before} -> {after} bytes; unlinking the same files alone: {floor:.2f} s "
+            f"({wall / floor:.1f}x)"
         )
         result(
             "lifecycle.evict_half",
@@ -151,11 +160,42 @@ def measure_evict_half(objects: int) -> None:
             kind="below",
             limit=EVICT_TARGET_S,
             note=f"CPU {cpu:.2f} s; {len(report.evicted)} evaluations evicted, "
-            f"{deleted:,} objects deleted; {after:,} of {before:,} bytes left",
+            f"{len(gone):,} objects deleted; {after:,} of {before:,} bytes left",
+        )
+        result(
+            "lifecycle.evict_floor",
+            "eviction against unlinking the same object and ref files alone "
+            f"({_FLOOR_THREADS} threads, no checks)",
+            ours=wall,
+            baseline=floor,
+            baseline_name="os.unlink of the same files",
+            kind="info",
+            note="the disk's own cost of deleting those files bounds any eviction",
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
+
+
+_FLOOR_THREADS = 16
+
+
+def _unlink_floor(root: Path, object_ids: list[str], ref_names: list[str]) -> float:
+    """Seconds to unlink, in a copy of the store at *root*, the files eviction deleted:
+    the objects and refs alone, several threads at a time, nothing read or checked."""
+    paths = [f"{root}/objects/{i[:2]}/{i[2:]}" for i in object_ids]
+    paths += [f"{root}/refs/{name}" for name in ref_names]
+
+    def unlink(batch: list[str]) -> None:
+        for path in batch:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    batches = [paths[i : i + 64] for i in range(0, len(paths), 64)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(_FLOOR_THREADS) as pool:
+        list(pool.map(unlink, batches))
+    return time.perf_counter() - start
 
 
 def measure_store_hook(runs: int) -> None:

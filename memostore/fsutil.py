@@ -14,7 +14,7 @@ def write_all(fd: int, data: memoryview) -> None:
         data = data[written:]
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path | str) -> None:
     """Make renames into *path* durable; a no-op where the file system refuses it."""
     try:
         fd = os.open(path, os.O_RDONLY)

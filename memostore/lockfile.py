@@ -152,11 +152,13 @@ class LockFile:
         stale_after: float = 30.0,
         shared: SharedRecord | None = None,
     ) -> None:
-        self.path = Path(path)
+        # Plain strings, not Path objects: every ref update and deletion makes a
+        # lock, and building paths with pathlib was a fifth of a ref deletion's CPU.
+        self.path = os.fspath(path)
         self.shared = shared
         self._linked = False
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.new_path = self.path.with_name(self.path.name + ".lock.new")
+        self.lock_path = self.path + ".lock"
+        self.new_path = self.path + ".lock.new"
         self.timeout = timeout
         self.stale_after = stale_after
         self._fd: int | None = None
@@ -171,7 +173,7 @@ class LockFile:
                 record = json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()})
                 fd = self._create(record.encode() + b"\n")
             except FileNotFoundError:
-                self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(os.path.dirname(self.lock_path) or ".", exist_ok=True)
                 continue
             except FileExistsError:
                 if self._break_if_stale():
@@ -215,7 +217,8 @@ class LockFile:
         waiters could only break by age). Where hard links are not supported,
         the lock is created in place and the record written right after.
         """
-        scratch = self.lock_path.with_name(f".{self.lock_path.name}.{uuid.uuid4().hex[:12]}")
+        directory, name = os.path.split(self.lock_path)
+        scratch = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:12]}")
         fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
@@ -258,7 +261,7 @@ class LockFile:
                 os.close(fd)
             os.replace(self.new_path, self.path)
             # The rename itself must survive a power loss, not only the bytes.
-            fsync_dir(self.path.parent)
+            fsync_dir(os.path.dirname(self.path) or ".")
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new_path)
@@ -326,7 +329,7 @@ class LockFile:
             return False
         # Rename rather than unlink: only the lock we inspected moves away. If a
         # fresh lock replaced it meanwhile, we moved a live lock: put it back.
-        aside = self.lock_path.with_name(self.lock_path.name + f".stale-{uuid.uuid4().hex[:8]}")
+        aside = f"{self.lock_path}.stale-{uuid.uuid4().hex[:8]}"
         try:
             os.rename(self.lock_path, aside)
         except FileNotFoundError:
@@ -339,7 +342,7 @@ class LockFile:
         return True
 
 
-def _same_file(inspected: os.stat_result, path: Path) -> bool:
+def _same_file(inspected: os.stat_result, path: str) -> bool:
     """True if *path* is still the file *inspected* was taken of (a rename keeps both)."""
     try:
         st = os.stat(path)

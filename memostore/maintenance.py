@@ -412,7 +412,7 @@ def _delete_loose(
         for object_id, size, path in batch:
             young = _age_and_size(objects, object_id, path, time.time())[0] < grace_s
             if not young:
-                _delete_one(objects, object_id, path)
+                _delete_one(objects, object_id, path, size)
             out.append((object_id, size, not young))
         return out
 
@@ -424,15 +424,15 @@ def _delete_loose(
         return [item for done in pool.map(delete, batches) for item in done]
 
 
-def _delete_one(objects: Any, object_id: str, path: str | None) -> None:
-    """Remove one loose object at the *path* the sweep built (as ``objects.delete``)."""
+def _delete_one(objects: Any, object_id: str, path: str | None, size: int) -> None:
+    """Remove one loose object of *size* bytes at the *path* the sweep built (as
+    ``objects.delete``), and the verified record of the file, if it has one."""
     if path is None:
         objects.delete(object_id)
         return
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    objects.forget_cached(object_id)
-    objects.forget_verified(object_id)  # its verified record: the file is gone
+    objects.forget_loose(object_id, size)
 
 
 def _sweep_pack(

@@ -265,6 +265,15 @@ class DiskObjectStore(BaseObjectStore):
         key = _pack_key(os.path.basename(path)[: -len(SUFFIX)])
         return self.verified.proven(key, stamp)
 
+    def forget_loose(self, object_id: str, size: int) -> None:
+        """Drop what this process and the verified record hold of a loose object of
+        *size* bytes that was just deleted. Only files of at least
+        ``RECORD_MIN_BYTES`` are ever recorded (an object's size never changes),
+        so a smaller one costs no unlink of a record that cannot exist."""
+        self.forget_cached(object_id)
+        if size >= RECORD_MIN_BYTES:
+            self.verified.forget(_loose_key(object_id))
+
     def forget_verified(self, object_id: str) -> None:
         self.verified.forget(_loose_key(object_id))
         loc = self.packs.lookup(object_id, refresh=False)

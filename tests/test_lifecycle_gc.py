@@ -280,6 +280,47 @@ def test_config_max_size_is_enforced_in_the_background(project: Project) -> None
     project.fsck_ok()
 
 
+# One process that keeps storing: its first store starts the enforcer; a store after
+# the enforcer evicted warns this process (the check interval is shortened to 0.2 s).
+KEEPS_STORING = """\
+import json, os, sys, time, warnings
+import lib
+from memostore.lifecycle import trigger
+
+trigger.CHECK_INTERVAL_S = 0.2
+log = os.path.join(os.environ["MEMOSTORE_DIR"], "logs", "evict.log")
+lib.make(int(sys.argv[1]))  # over the limit now: starts the enforcer
+deadline = time.monotonic() + 60
+while not os.path.exists(log) or str(os.getpid()) not in open(log).read():
+    assert time.monotonic() < deadline, "the enforcer never logged"
+    time.sleep(0.1)
+print("LOGGED", json.loads(open(log).read().splitlines()[-1])["started_by"], os.getpid())
+time.sleep(0.3)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    lib.make(int(sys.argv[1]) + 1)  # the next check reads the log
+for w in caught:
+    print("WARNING", w.category.__name__, w.message)
+"""
+
+
+def test_the_process_whose_store_started_the_enforcer_is_warned(project: Project) -> None:
+    for i in range(3):
+        project.run("make", N + i)
+    assert project.cli("config", "max-size", f"{ONE * 3 // 2 // 1024}K").exit_code == 0
+    assert project.cli("config", "gc-grace", "1s").exit_code == 0
+    time.sleep(1.1)
+    script = project.root / "keeps_storing.py"
+    script.write_text(KEEPS_STORING)
+    out = run_script(script, "7", env=project.env).stdout
+    logged = next(line.split() for line in out.splitlines() if line.startswith("LOGGED"))
+    assert logged[1] == logged[2]  # the record names the process that started it
+    warned = [line for line in out.splitlines() if line.startswith("WARNING")]
+    assert len(warned) == 1, out
+    assert "MemostoreWarning" in warned[0] and "least recently used" in warned[0], out
+    project.fsck_ok()
+
+
 def test_config_rejects_bad_keys_and_values(project: Project) -> None:
     project.run("make", 3)
     bad_key = project.cli("config", "max-sise", "5G")

@@ -39,6 +39,9 @@ _TAIL_BYTES = 16 << 10
 # store root -> monotonic time of this process's last check (and wall time, for warnings).
 _checked: dict[Path, tuple[float, float]] = {}
 _lock = threading.Lock()
+# Enforcers this process started and has not seen exit: kept so that each is reaped
+# (no zombie) and none is garbage-collected while running (a ResourceWarning).
+_children: list[subprocess.Popen[bytes]] = []
 
 
 def after_store(store: Store) -> None:
@@ -83,9 +86,10 @@ def spawn(root: Path) -> None:
     logs = root / LOGS_DIRNAME
     logs.mkdir(parents=True, exist_ok=True)
     # Only what escapes the enforcer's own handling lands here (it logs the rest).
+    _children[:] = [child for child in _children if child.poll() is None]
     err = os.open(logs / "evict.stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        subprocess.Popen(
+        child = subprocess.Popen(
             [sys.executable, "-m", "memostore.lifecycle.enforce", "--store", str(root)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -95,6 +99,7 @@ def spawn(root: Path) -> None:
         )
     finally:
         os.close(err)
+    _children.append(child)
 
 
 def _read_tail(path: Path, since: float) -> list[dict[str, Any]]:
