@@ -165,7 +165,9 @@ def gc(
         return
     if eviction is not None:
         print_eviction(out, eviction)
-    _print_gc(out, report, dry_run, grace)
+    # A dry run's sweep ran before any ref went: what it counts is today's garbage,
+    # on top of what the eviction above would free.
+    _print_gc(out, report, dry_run, grace, besides_eviction=eviction is not None and dry_run)
 
 
 def _plain_gc(
@@ -182,14 +184,22 @@ def _plain_gc(
     )
 
 
-def _print_gc(out: Output, report: Any, dry_run: bool, grace: float) -> None:
+def _print_gc(
+    out: Output, report: Any, dry_run: bool, grace: float, besides_eviction: bool = False
+) -> None:
     verb = "would free" if dry_run else "freed"
+    if besides_eviction:
+        verb = "besides the eviction, would free"
     out.line(
-        f"gc: {verb} {len(report.deleted)} object(s) ({_size(report.bytes_freed)}), "
+        f"gc: {verb} {len(report.deleted)} object(s) ({_size(report.bytes_freed)}) no ref "
+        f"reaches{' now' if besides_eviction else ''}, "
         f"{report.tmp_removed} temp file(s) ({_size(report.tmp_bytes)}), "
         f"{report.quarantine_removed} quarantined object(s) ({_size(report.quarantine_bytes)})"
     )
-    out.line(f"gc: {report.reachable} object(s) reachable from refs kept")
+    if besides_eviction:
+        out.line(f"gc: {report.reachable} object(s) reachable from refs now")
+    else:
+        out.line(f"gc: {report.reachable} object(s) reachable from refs kept")
     if report.packs_merged:
         out.line(f"gc: merged {report.packs_merged} small pack(s)")
     if report.packs_quarantined:

@@ -235,6 +235,40 @@ class TestTransportContract:
         assert transport.get_bytes(ref) == b"again"
         assert list(transport.list("refs/")) == [ref]  # no lock or temp files show
 
+    def test_delete_if_equals(self, transport: Transport) -> None:
+        ref = "refs/evals/train/key"
+        assert transport.delete_if_equals(ref, b"one") is False  # absent
+        transport.put_bytes(ref, b"one")
+        assert transport.delete_if_equals(ref, b"two") is False  # another value: kept
+        assert transport.get_bytes(ref) == b"one"
+        assert transport.delete_if_equals(ref, b"one") is True
+        assert transport.stat(ref) is None
+        assert transport.delete_if_equals(ref, b"one") is False
+        assert list(transport.list("refs/")) == []  # no lock or temp files show
+
+    def test_delete_if_equals_against_concurrent_swaps(self, transport: Transport) -> None:
+        # Each round, deleters of the old value race writers of new values: the
+        # deletion wins only where no swap landed first, and a swap that reports
+        # success is never undone by a deletion that read the old value.
+        ref = "refs/contended"
+        for round_ in range(6):
+            old = b"old-%d" % round_
+            transport.put_bytes(ref, old)
+            results = _run_together(
+                6,
+                lambda i, old=old, r=round_: (
+                    transport.delete_if_equals(ref, old)
+                    if i % 2
+                    else transport.set_if_equals(ref, old, b"new-%d-%d" % (r, i))
+                ),
+            )
+            assert results.count(True) == 1, results
+            winner = results.index(True)
+            if winner % 2:
+                assert transport.stat(ref) is None
+            else:
+                assert transport.get_bytes(ref) == b"new-%d-%d" % (round_, winner)
+
     def test_concurrent_set_if_equals_has_one_winner_per_round(self, transport: Transport) -> None:
         ref = "refs/contended"
         current: bytes | None = None
@@ -262,6 +296,7 @@ class TestTransportContract:
                 lambda b=bad: transport.stat(b),
                 lambda b=bad: transport.delete(b),
                 lambda b=bad: transport.set_if_equals(b, None, b"x"),
+                lambda b=bad: transport.delete_if_equals(b, b"x"),
             ]
             for call in calls:
                 with pytest.raises(InvalidRemoteName) as info:
@@ -569,6 +604,9 @@ def test_s3_without_conditional_writes(s3_bucket: str) -> None:
     assert t.set_if_equals("refs/r", b"b", b"c") is False
     assert t.set_if_equals("refs/r", b"a", b"c") is True
     assert t.get_bytes("refs/r") == b"c"
+    assert t.delete_if_equals("refs/r", b"a") is False
+    assert t.delete_if_equals("refs/r", b"c") is True
+    assert t.stat("refs/r") is None
 
 
 def test_directory_links_immutable_files_on_the_same_file_system(tmp_path: Path) -> None:

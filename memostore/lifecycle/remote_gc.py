@@ -321,12 +321,13 @@ def _remove_refs(transport: Transport, refs: dict[str, str], evicted: set[str]) 
     for name, target in sorted(refs.items()):
         if target not in evicted or name.startswith("tags/"):
             continue
-        # The transport has no compare-and-delete: read again just before, so a ref a
-        # push moved since we listed it keeps its new value.
-        if parse_ref(read_remote_ref(transport, name)) != target:
+        # Read again for the exact bytes, then delete only those: a ref a push moved
+        # since we listed it (or moves now) keeps its new value.
+        data = read_remote_ref(transport, name)
+        if data is None or parse_ref(data) != target:
             continue
-        transport.delete("refs/" + name)
-        removed.append(name)
+        if transport.delete_if_equals("refs/" + name, data):
+            removed.append(name)
     return removed
 
 

@@ -254,6 +254,25 @@ class Transport(ABC):
         several concurrent calls with the same *old*, at most one succeeds.
         """
 
+    def delete_if_equals(self, name: str, old: bytes) -> bool:
+        """Compare-and-delete a small file (a ref): remove *name* only if its
+        content is currently *old*. Returns True if it went, False (changing
+        nothing) if it differed or was missing. Against a concurrent
+        :meth:`set_if_equals` of *name*, exactly one of the two takes effect.
+
+        This default reads, then deletes: a write landing between the two is
+        lost. Every transport of this package overrides it with a conditional
+        delete; one that cannot should say so where it is documented.
+        """
+        try:
+            current = self.get_bytes(name)
+        except NotFoundOnRemote:
+            return False
+        if current != old:
+            return False
+        self.delete(name)
+        return True
+
     def close(self) -> None:  # noqa: B027 - a no-op default is the right one
         """Release connections and other resources; idempotent."""
 

@@ -514,30 +514,7 @@ class DirectoryTransport(Transport):
         # vanished directory would keep the lock's creator retrying.
         tmp = self._write_temp(fd, leaf, new)
         try:
-            # The lock protocol takes paths: one through the descriptor, so that a link
-            # swapped in above the ref cannot move the lock (or the ref) elsewhere.
-            through_fd = proc_path(fd, leaf)
-            lock_path = Path(through_fd) if through_fd else self._path(name)
-            lock = LockFile(lock_path, timeout=self.lock_timeout, stale_after=self.lock_stale_after)
-            try:
-                lock.acquire()
-            except LockTimeout as exc:
-                raise RemoteError(
-                    f"cannot update {name} on {self.url}: timed out waiting for its lock "
-                    f"({self._path(name)}.lock) held by {exc.holder}; if that process is gone, "
-                    "remove the lock file"
-                ) from exc
-            try:
-                # Read while holding the lock: only writers holding it change the file.
-                try:
-                    rfd = open_file(fd, leaf, name, self.url)
-                except FileNotFoundError:
-                    current: bytes | None = None
-                else:
-                    try:
-                        current = _read_all(rfd)
-                    finally:
-                        os.close(rfd)
+            with self._ref_locked(name, fd, leaf, "update") as current:
                 if current != old:
                     return False
                 # A temporary file of our own, not LockFile.commit(): the lock file
@@ -546,11 +523,66 @@ class DirectoryTransport(Transport):
                 os.replace(tmp, leaf, src_dir_fd=fd, dst_dir_fd=fd)
                 self._sync_dir(fd)
                 return True
-            finally:
-                lock.release()
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=fd)
+
+    def delete_if_equals(self, name: str, old: bytes) -> bool:
+        validate_name(name)
+        with self._os_errors("deleting", name):
+            try:
+                with self._parent(name, create=False) as (fd, leaf):
+                    return self._delete_if(name, bytes(old), fd, leaf)
+            except (FileNotFoundError, NotADirectoryError):
+                return False  # no directory, so no ref
+
+    def _delete_if(self, name: str, old: bytes, fd: int, leaf: str) -> bool:
+        """delete_if_equals in the directory *fd*, as *leaf*: under the lock
+        set_if_equals takes, so that of a swap and a deletion only one wins."""
+        check_not_link(fd, leaf, name, self.url)
+        # An empty file of ours keeps the directory while the lock is taken (as in _swap).
+        keep = self._write_temp(fd, leaf, b"")
+        try:
+            with self._ref_locked(name, fd, leaf, "delete") as current:
+                if current != old:
+                    return False
+                os.unlink(leaf, dir_fd=fd)
+                self._sync_dir(fd)
+                return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(keep, dir_fd=fd)
+
+    @contextlib.contextmanager
+    def _ref_locked(self, name: str, fd: int, leaf: str, action: str) -> Iterator[bytes | None]:
+        """Hold the lock of ref *leaf* in directory *fd*; yield its content then (None
+        when it does not exist). Only writers holding the lock change the file."""
+        # The lock protocol takes paths: one through the descriptor, so that a link
+        # swapped in above the ref cannot move the lock (or the ref) elsewhere.
+        through_fd = proc_path(fd, leaf)
+        lock_path = Path(through_fd) if through_fd else self._path(name)
+        lock = LockFile(lock_path, timeout=self.lock_timeout, stale_after=self.lock_stale_after)
+        try:
+            lock.acquire()
+        except LockTimeout as exc:
+            raise RemoteError(
+                f"cannot {action} {name} on {self.url}: timed out waiting for its lock "
+                f"({self._path(name)}.lock) held by {exc.holder}; if that process is gone, "
+                "remove the lock file"
+            ) from exc
+        try:
+            try:
+                rfd = open_file(fd, leaf, name, self.url)
+            except FileNotFoundError:
+                current: bytes | None = None
+            else:
+                try:
+                    current = _read_all(rfd)
+                finally:
+                    os.close(rfd)
+            yield current
+        finally:
+            lock.release()
 
 
 def _read_all(fd: int) -> bytes:

@@ -106,6 +106,14 @@ class MemoryTransport(Transport):
         with self._lock:
             self._files.pop(name, None)
 
+    def delete_if_equals(self, name: str, old: bytes) -> bool:
+        validate_name(name)
+        with self._lock:
+            if self._files.get(name) != old:
+                return False
+            del self._files[name]
+            return True
+
     def set_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         validate_name(name)
         new = bytes(new)

@@ -415,6 +415,36 @@ class S3Transport(Transport):
         with self._errors("deleting", name):
             self._client.delete_object(Bucket=self.bucket, Key=key)
 
+    def delete_if_equals(self, name: str, old: bytes) -> bool:
+        key = self._key(name)
+        with self._errors("deleting", name):
+            for attempt in range(8):
+                try:
+                    response = self._client.get_object(Bucket=self.bucket, Key=key)
+                except Exception as exc:
+                    if not self._is_client_error(exc, _NOT_FOUND_CODES):
+                        raise
+                    return False
+                with contextlib.closing(response["Body"]) as body:
+                    current, etag = body.read(), response["ETag"]
+                if current != old:
+                    return False
+                if not self.conditional_writes:
+                    self._client.delete_object(Bucket=self.bucket, Key=key)
+                    return True
+                try:
+                    # If-Match: only the version read above goes, never one a
+                    # concurrent set_if_equals wrote since.
+                    self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
+                    return True
+                except Exception as exc:
+                    if self._is_client_error(exc, _PRECONDITION_CODES | _NOT_FOUND_CODES):
+                        return False
+                    if not self._is_client_error(exc, _CONFLICT_CODES):
+                        raise
+                time.sleep(0.02 * (attempt + 1))
+            raise RemoteError(f"deleting {name} on {self._where()} kept conflicting; try again")
+
     def set_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
         key = self._key(name)
         new = bytes(new)
