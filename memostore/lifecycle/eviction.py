@@ -35,8 +35,11 @@ from .usage import EvictionPlanner, StoreUsage, compute_usage, is_tagged
 if TYPE_CHECKING:
     from ..store import Store
 
-# Refs are deleted on this many threads, in batches of this many.
-_REF_THREADS = 16
+# Refs are deleted on this many threads, in batches of this many. The refs of one
+# function share a directory, whose lock serialises them in the kernel: more threads
+# only spin there (measured: 4 threads take 20 % less wall and 35 % less system
+# time than 16 on 12,500 refs of 5 functions).
+_REF_THREADS = 4
 _REF_BATCH = 32
 
 
