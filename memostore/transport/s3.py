@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -416,39 +416,31 @@ class S3Transport(Transport):
             self._client.delete_object(Bucket=self.bucket, Key=key)
 
     def delete_if_equals(self, name: str, old: bytes) -> bool:
-        key = self._key(name)
-        with self._errors("deleting", name):
-            for attempt in range(8):
-                try:
-                    response = self._client.get_object(Bucket=self.bucket, Key=key)
-                except Exception as exc:
-                    if not self._is_client_error(exc, _NOT_FOUND_CODES):
-                        raise
-                    return False
-                with contextlib.closing(response["Body"]) as body:
-                    current, etag = body.read(), response["ETag"]
-                if current != old:
-                    return False
-                if not self.conditional_writes:
-                    self._client.delete_object(Bucket=self.bucket, Key=key)
-                    return True
-                try:
-                    # If-Match: only the version read above goes, never one a
-                    # concurrent set_if_equals wrote since.
-                    self._client.delete_object(Bucket=self.bucket, Key=key, IfMatch=etag)
-                    return True
-                except Exception as exc:
-                    if self._is_client_error(exc, _PRECONDITION_CODES | _NOT_FOUND_CODES):
-                        return False
-                    if not self._is_client_error(exc, _CONFLICT_CODES):
-                        raise
-                time.sleep(0.02 * (attempt + 1))
-            raise RemoteError(f"deleting {name} on {self._where()} kept conflicting; try again")
+        def delete(key: str, condition: dict[str, str]) -> None:
+            self._client.delete_object(Bucket=self.bucket, Key=key, **condition)
+
+        return self._if_equals(name, old, "deleting", delete)
 
     def set_if_equals(self, name: str, old: bytes | None, new: bytes) -> bool:
-        key = self._key(name)
         new = bytes(new)
-        with self._errors("updating", name):
+
+        def put(key: str, condition: dict[str, str]) -> None:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=new, **condition)
+
+        return self._if_equals(name, old, "updating", put)
+
+    def _if_equals(
+        self,
+        name: str,
+        old: bytes | None,
+        action: str,
+        change: Callable[[str, dict[str, str]], None],
+    ) -> bool:
+        """Read *name*; if its content is *old*, ``change(key, condition)`` it, where
+        *condition* makes the request apply only to the version read (``If-Match``
+        its ETag; ``If-None-Match: *`` when it was absent). True if it applied."""
+        key = self._key(name)
+        with self._errors(action, name):
             for attempt in range(8):
                 try:
                     response = self._client.get_object(Bucket=self.bucket, Key=key)
@@ -462,11 +454,10 @@ class S3Transport(Transport):
                 if current != old:
                     return False
                 if not self.conditional_writes:
-                    self._client.put_object(Bucket=self.bucket, Key=key, Body=new)
+                    change(key, {})
                     return True
-                condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
                 try:
-                    self._client.put_object(Bucket=self.bucket, Key=key, Body=new, **condition)
+                    change(key, {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"})
                     return True
                 except Exception as exc:
                     # 412: changed since we read it. 404 on If-Match: deleted since.
@@ -474,9 +465,9 @@ class S3Transport(Transport):
                         return False
                     if not self._is_client_error(exc, _CONFLICT_CODES):
                         raise
-                # 409: a concurrent conditional write is in flight; read again.
+                # 409: a concurrent conditional request is in flight; read again.
                 time.sleep(0.02 * (attempt + 1))
-            raise RemoteError(f"updating {name} on {self._where()} kept conflicting; try again")
+            raise RemoteError(f"{action} {name} on {self._where()} kept conflicting; try again")
 
     def close(self) -> None:
         client = getattr(self, "_client", None)
