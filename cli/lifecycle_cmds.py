@@ -3,14 +3,13 @@ evaluations and pinning them."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import heapq
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from memostore.collector import collector_paused
 
 from .output import Output, age, json_safe
 from .state import State, pass_state
@@ -69,7 +68,7 @@ def du(state: State, target: str | None, top: int, as_json: bool) -> None:
     too (a tensor two results hold, the result of a parent it was computed from).
     With FUNCTION, each of its evaluations; with REV, that one evaluation.
     """
-    with _collector_paused():
+    with collector_paused():  # the sums and the table too, not only the walk
         _du(state, target, top, as_json)
 
 
@@ -102,24 +101,6 @@ def _du(state: State, target: str | None, top: int, as_json: bool) -> None:
         _print_evaluations(out, usage, ids, tags, function)
     else:
         _print_one(out, usage, ids[0], tags)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (restored after).
-
-    Accounting a large store allocates hundreds of thousands of tuples, sets and
-    strings that form no cycles (reference counting frees them); the collector
-    would walk them all again and again as they pile up: 6 % of ``du``'s time
-    on 10,000 evaluations.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _du_json(usage: StoreUsage, ids: list[str] | None, tags: dict[str, list[str]]) -> Any:

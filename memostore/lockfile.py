@@ -90,73 +90,18 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
-class SharedRecord:
-    """One holder record that the locks a process takes in a row share.
-
-    Each lock is a hard link to this one hidden file (``.holder.<random>`` in
-    *directory*, which must be on the file system of the locks), so a lock
-    still names its holder from the moment it exists, as step 1 of the
-    contract requires, at the cost of a single ``link`` instead of a create,
-    write, link and unlink per lock. The file's modification time is what a
-    waiter on another host judges a lock's age by, so the record is renewed
-    (a new file) once it is older than :attr:`RENEW_S`, far below
-    ``stale_after``. Close it when done; a holder killed before that leaves a
-    hidden file that gc's sweep of lock leftovers removes.
-    """
-
-    RENEW_S = 1.0
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self.path: str | None = None
-        self._made = 0.0
-
-    def current(self) -> str:
-        """The record's path, made or renewed if needed."""
-        if self.path is None or time.monotonic() - self._made > self.RENEW_S:
-            self.close()
-            path = os.path.join(self.directory, f".holder.{uuid.uuid4().hex[:12]}")
-            record = json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()})
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                write_all(fd, memoryview(record.encode() + b"\n"))
-            finally:
-                os.close(fd)
-            self.path, self._made = path, time.monotonic()
-        return self.path
-
-    def close(self) -> None:
-        if self.path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-            self.path = None
-
-    def __enter__(self) -> SharedRecord:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 class LockFile:
-    """An exclusive lock on *path*, held as the file ``path.lock``.
-
-    With a :class:`SharedRecord`, the lock is a hard link to that record
-    (where the file system has no hard links, a lock of its own is made).
-    """
+    """An exclusive lock on *path*, held as the file ``path.lock``."""
 
     def __init__(
         self,
         path: Path | str,
         timeout: float = 60.0,
         stale_after: float = 30.0,
-        shared: SharedRecord | None = None,
     ) -> None:
         # Plain strings, not Path objects: every ref update and deletion makes a
         # lock, and building paths with pathlib was a fifth of a ref deletion's CPU.
         self.path = os.fspath(path)
-        self.shared = shared
-        self._linked = False
         self.lock_path = self.path + ".lock"
         self.new_path = self.path + ".lock.new"
         self.timeout = timeout
@@ -168,8 +113,6 @@ class LockFile:
         delay = 0.0005
         while True:
             try:
-                if self.shared is not None and self._link_shared():
-                    return
                 record = json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()})
                 fd = self._create(record.encode() + b"\n")
             except FileNotFoundError:
@@ -185,27 +128,6 @@ class LockFile:
                 continue
             self._fd = fd
             return
-
-    def _link_shared(self) -> bool:
-        """Take the lock as a link to the shared record; False where links are refused.
-
-        Raises FileExistsError while the lock is held (as :meth:`_create`).
-        """
-        assert self.shared is not None
-        try:
-            os.link(self.shared.current(), self.lock_path)
-        except FileNotFoundError:
-            # The lock's directory is missing (made by the caller's retry), or the
-            # record is (another gc swept it as a leftover): a new record then.
-            self.shared.close()
-            raise
-        except OSError as exc:
-            if exc.errno in _NO_HARD_LINKS:
-                self.shared = None  # a lock file of its own from now on
-                return False
-            raise
-        self._linked = True
-        return True
 
     def _create(self, record: bytes) -> int:
         """Create the lock file with *record* already in it; FileExistsError if held.
@@ -251,7 +173,7 @@ class LockFile:
 
     def commit(self, data: bytes) -> None:
         """Replace *path* with *data* (written and fsynced first), then release the lock."""
-        assert self._fd is not None or self._linked, "commit() without acquire()"
+        assert self._fd is not None, "commit() without acquire()"
         try:
             fd = os.open(self.new_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
@@ -270,13 +192,10 @@ class LockFile:
         self.release()
 
     def release(self) -> None:
-        if self._linked:
-            self._linked = False
-        elif self._fd is None:
+        if self._fd is None:
             return
-        else:
-            os.close(self._fd)
-            self._fd = None
+        os.close(self._fd)
+        self._fd = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.lock_path)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import MemostoreError, RefError
 from .inside import CheckedDirs, make_dirs_beneath, refusal
-from .lockfile import LockFile, SharedRecord
+from .lockfile import LockFile
 from .objects import is_object_id
 
 # Matched with fullmatch: "$" would also accept a part ending in a newline.
@@ -240,33 +240,46 @@ class DiskRefContainer(BaseRefContainer):
         return True, current
 
     def delete_if_equals(self, name: str, old: str | None) -> bool:
-        return self._delete_if_equals(name, old, None)
+        return self._delete_if_equals(name, old)
 
     def delete_many_if_equals(self, pairs: Iterable[tuple[str, str | None]]) -> int:
-        """:meth:`delete_if_equals` for each (name, old) of *pairs*; how many went.
+        """Delete each ref (name, old) of *pairs* that still holds *old*; how many went.
 
-        Each deletion is the same compare-and-delete under that ref's own lock
-        file, so it is as safe against a writer re-pointing the ref: the writer
-        either took the lock first (the value read under the lock is then its
-        new one, which differs from *old*, and the ref stays) or waits for the
-        lock and writes after the deletion, which it may (a ref is created by
-        the same update). Only the making of each lock is cheaper: the locks
-        are hard links to one holder record (:class:`~.lockfile.SharedRecord`)
-        instead of a record file each.
+        For eviction, which deletes thousands of refs in a row. Each deletion
+        takes no lock (a lock costs two more changes of the ref's directory,
+        the most expensive thing a deletion does); it moves the ref aside
+        instead (:func:`_delete_moved_aside`), which keeps these guarantees
+        against a writer re-pointing the ref at the same time:
+
+        - no value but *old* is ever deleted, and the writer's value stays;
+        - a writer's update is never lost (unlike :meth:`delete_if_equals`,
+          both may report success: the deletion took *old*, then the writer
+          wrote its value);
+        - for a few microseconds, and only when a writer re-pointed the ref
+          between the deletion's read and its rename, a reader finds no ref
+          (a miss, never a wrong value).
+
+        A name that is no regular file (a link, a directory) is left alone.
         """
-        deleted = 0
-        with SharedRecord(self._refs_dir_str) as shared:
-            for name, old in pairs:
-                deleted += self._delete_if_equals(name, old, shared)
-        return deleted
+        work = []
+        for name, old in pairs:
+            check_ref_name(name)
+            self._refuse_linked_dirs(name)
+            work.append((f"{self._refs_dir_str}/{name}", name, old))
+        # The lock-file form keeps the name out of every listing of refs, and the
+        # sweep of lock leftovers removes one left by a deleter killed midway.
+        aside = f".lock.gone-{os.getpid()}-{threading.get_ident()}"
+        # No Python between these system calls that need not be there: eviction
+        # runs this on several threads, which share one interpreter lock.
+        return sum([_delete_moved_aside(path, name, old, path + aside) for path, name, old in work])
 
-    def _delete_if_equals(self, name: str, old: str | None, shared: SharedRecord | None) -> bool:
+    def _delete_if_equals(self, name: str, old: str | None) -> bool:
         check_ref_name(name)
         self._refuse_linked_dirs(name)
         path = os.path.join(self._refs_dir_str, name)
         if not os.path.lexists(path):
             return False
-        with LockFile(path, shared=shared):
+        with LockFile(path):
             # Read again while holding the lock: a writer may have re-pointed it.
             try:
                 data = _read_ref_file(path, name)
@@ -459,3 +472,60 @@ def _read_ref_file(path: str, name: str) -> bytes | None:
         return os.read(fd, _REF_READ_MAX)
     finally:
         os.close(fd)
+
+
+def _delete_moved_aside(path: str, name: str, old: str | None, aside: str) -> bool:
+    """Delete the ref file at *path* if it holds *old* (any value if None), without a lock.
+
+    The ref is read, then renamed to *aside* and unlinked there. The rename is
+    what deletes it: atomic, and it takes whatever file is at *path* then. The
+    file read stays open until after the rename, so its inode number cannot be
+    reused meanwhile: the file moved aside is the one read exactly when the
+    numbers match. If they do not, a writer put a new value in between; it is
+    linked back, unless a newer one is there already.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # gone, or a link (never followed, never deleted here)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        if old is not None:
+            try:
+                if _parse_ref_content(name, os.read(fd, _REF_READ_MAX)) != old:
+                    return False
+            except RefError:
+                return False  # damaged: it holds no *old*
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return False  # another deleter took it first
+        try:
+            moved = os.lstat(aside)
+        except FileNotFoundError:
+            return True  # swept already as a leftover: gone all the same
+        if moved.st_ino == st.st_ino and moved.st_dev == st.st_dev:
+            os.unlink(aside)
+            return True
+        _put_back(aside, path)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _put_back(aside: str, path: str) -> None:
+    """Return a ref moved aside to *path*, unless a newer one is there now."""
+    try:
+        os.link(aside, path)
+    except FileExistsError:
+        pass  # written again since: the newer value stays
+    except OSError:
+        # No hard links on this file system: a rename, which could replace a ref
+        # written in the last instant; only if none is there.
+        if not os.path.lexists(path):
+            os.rename(aside, path)
+            return
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(aside)

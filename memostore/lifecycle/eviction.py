@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..collector import collector_paused
 from ..leases import LEASES_DIRNAME
 from ..maintenance import DEFAULT_GRACE_S, GcReport, Progress, _no_progress, gc
 from . import last_use
@@ -238,11 +239,22 @@ def plan_eviction(
     progress: Progress = _no_progress,
 ) -> EvictionReport:
     """Choose the evaluations of the local *store* that *policy* evicts; change nothing."""
+    return _plan(store, policy, grace_s=grace_s, now=now, progress=progress)[0]
+
+
+def _plan(
+    store: Store,
+    policy: EvictionPolicy,
+    *,
+    grace_s: float,
+    now: float | None = None,
+    progress: Progress = _no_progress,
+) -> tuple[EvictionReport, StoreUsage]:
     now = time.time() if now is None else now
     usage = compute_usage(store, progress=progress)
     last = _last_used(store, usage)
     protected = protect(usage, last, _running_ids(store, usage), grace_s=grace_s, now=now)
-    return choose(usage, policy, last, protected, now=now)
+    return choose(usage, policy, last, protected, now=now), usage
 
 
 def _by_function(usage: StoreUsage, order: list[str]) -> dict[str, list[str]]:
@@ -266,52 +278,68 @@ def evict(
     With *dry_run* nothing changes: the report lists what would be evicted and
     the bytes that would be freed (estimated from the object graph).
     """
+    with collector_paused():  # the plan, and gc's marking and sweep after it
+        return _evict(store, policy, grace_s, dry_run, quarantine_age_s, progress)
+
+
+def _evict(
+    store: Store,
+    policy: EvictionPolicy,
+    grace_s: float,
+    dry_run: bool,
+    quarantine_age_s: float | None,
+    progress: Progress,
+) -> EvictionReport:
     last_use.flush()  # this process's own uses count too
-    report = plan_eviction(store, policy, grace_s=grace_s, progress=progress)
+    report, usage = _plan(store, policy, grace_s=grace_s, progress=progress)
     report.dry_run = dry_run
     if dry_run:
         return report
+    removed: set[str] = set()
     if report.evicted:
-        report.refs_removed = _remove(store, report.evicted)
+        report.refs_removed, removed = _remove(store, report.evicted)
     kwargs = {} if quarantine_age_s is None else {"quarantine_age_s": quarantine_age_s}
-    report.gc = gc(store, grace_s=grace_s, progress=progress, **kwargs)
-    # Read the refs again: an evaluation published meanwhile keeps its use record.
-    keep = {eid for _, eid in store.refs.iter("") if isinstance(eid, str)}
+    # What the plan found reached, less what went, stands in for gc's first listing of
+    # the refs; gc lists them again after marking, so a ref published since keeps
+    # its objects all the same.
+    kept = [eid for eid in usage.evaluations if eid not in removed]
+    report.gc = gc(
+        store, grace_s=grace_s, progress=progress, roots=[*kept, *usage.pinned], **kwargs
+    )
     with contextlib.suppress(OSError):
-        last_use.compact(store, keep)
+        last_use.compact(store, removed)
     return report
 
 
-def _remove(store: Store, evicted: list[Evicted]) -> int:
-    """Delete the removable refs of the *evicted* evaluations; return how many went.
+def _remove(store: Store, evicted: list[Evicted]) -> tuple[int, set[str]]:
+    """Delete the removable refs of the *evicted* evaluations: (how many went, the
+    evaluations whose refs were deleted).
 
-    The refs removal.py deletes (never tags), each by compare-and-swap: a ref
+    The refs removal.py deletes (never tags), each by compare-and-delete: a ref
     that a concurrent call pointed at another evaluation since the plan stays.
     An evaluation tagged since the plan keeps all its refs. The plan already
     knows every ref naming each evaluation, so the refs are not listed again,
-    and the deletions (a lock file each) run several at a time.
+    and the deletions run several at a time.
     """
     from .removal import REMOVABLE_PREFIXES
     from .tags import tagged
 
     pinned = tagged(store)
+    going = [ev for ev in evicted if ev.id not in pinned]
     work = [
-        (name, ev.id)
-        for ev in evicted
-        if ev.id not in pinned
-        for name in ev.refs
-        if name.startswith(REMOVABLE_PREFIXES)
+        (name, ev.id) for ev in going for name in ev.refs if name.startswith(REMOVABLE_PREFIXES)
     ]
     many = getattr(store.refs, "delete_many_if_equals", None)
 
     def delete(batch: list[tuple[str, str]]) -> int:
         if many is not None:
-            return many(batch)  # one holder record for the batch's lock files
+            return many(batch)  # no lock per ref: moved aside, then unlinked (refs.py)
         return sum(store.refs.delete_if_equals(name, eid) for name, eid in batch)
 
+    # A ref that stayed names another evaluation now: the evicted one is unnamed all the same.
+    removed = {ev.id for ev in going}
     if len(work) < _REF_BATCH:
-        return delete(work)
-
+        return delete(work), removed
     batches = [work[i : i + _REF_BATCH] for i in range(0, len(work), _REF_BATCH)]
     with ThreadPoolExecutor(_REF_THREADS, thread_name_prefix="memostore-evict") as pool:
-        return sum(pool.map(delete, batches))
+        return sum(pool.map(delete, batches)), removed

@@ -164,25 +164,27 @@ def load(store: Store) -> dict[str, LastUse]:
     return merged
 
 
-def compact(store: Store, keep: Iterable[str]) -> None:
-    """Rewrite the log with one line per evaluation of *keep* that has one (atomically).
+def compact(store: Store, drop: Iterable[str]) -> None:
+    """Rewrite the log with one line per evaluation, none for those of *drop* (atomically).
 
-    ``gc`` calls it after deleting evaluations, so the log does not grow without
-    bound. Pending notes of this process are flushed first.
+    Eviction calls it after removing evaluations, so the log does not grow
+    without bound. Naming what goes, not what stays, keeps the record of an
+    evaluation published while eviction ran. Pending notes of this process are
+    flushed first.
 
     Args:
         store: the store.
-        keep: the evaluations whose record stays (those gc kept).
+        drop: the evaluations whose record goes (those eviction removed).
 
     Raises:
         OSError: the new log could not be written (the old one is left as it was).
     """
-    wanted = set(keep)
+    unwanted = set(drop)
     if store.root is None:
         with _lock:
             record = getattr(store, _MEMORY_ATTR, None)
             if record is not None:
-                for eid in [e for e in record if e not in wanted]:
+                for eid in unwanted & record.keys():
                     del record[eid]
         return
     path = log_path(store)
@@ -202,13 +204,15 @@ def compact(store: Store, keep: Iterable[str]) -> None:
             lines = b"".join(
                 _line(eid, use.last_used, use.hits)
                 for eid, use in sorted(merged.items())
-                if eid in wanted
+                if eid not in unwanted
             )
             jsonlines.replace(path, lines, tmp)
             # Appends that reached the old file between our read and the rename: keep
-            # those of kept evaluations (a torn tail is skipped like any torn line).
+            # those of evaluations not dropped (a torn tail is skipped like any torn line).
             late = _parse(data[end:] + old.read())
-        late_entries = {eid: [u.last_used, u.hits] for eid, u in late.items() if eid in wanted}
+        late_entries = {
+            eid: [u.last_used, u.hits] for eid, u in late.items() if eid not in unwanted
+        }
         if late_entries:
             with contextlib.suppress(OSError):
                 _write_once(path, late_entries)

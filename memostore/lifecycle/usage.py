@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import index
+from ..collector import collector_paused
 from ..errors import MalformedObject, MemostoreError, ObjectNotFound
 from ..objects import KIND_EVALUATION, is_doc_bytes, is_object_id
 from . import links_cache
@@ -208,6 +209,11 @@ def compute_usage(store: Store, progress: Progress = _no_progress) -> StoreUsage
     objects were accounted before, it lists the refs and the loose objects,
     reads the pack indexes and the caches, and stats nothing.
     """
+    with collector_paused():
+        return _compute_usage(store, progress)
+
+
+def _compute_usage(store: Store, progress: Progress) -> StoreUsage:
     walker = _Walker(store)
     sizes, other = _object_sizes(store, walker)
     eval_refs, other_roots = _roots(store)
