@@ -312,8 +312,8 @@ def _evict(
 
 
 def _remove(store: Store, evicted: list[Evicted]) -> tuple[int, set[str]]:
-    """Delete the removable refs of the *evicted* evaluations: (how many went, the
-    evaluations whose refs were deleted).
+    """Delete the removable refs of the *evicted* evaluations: (how many refs went,
+    the evaluations eviction took: all of *evicted* but those tagged since the plan).
 
     The refs removal.py deletes (never tags), each by compare-and-delete: a ref
     that a concurrent call pointed at another evaluation since the plan stays.
