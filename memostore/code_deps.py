@@ -18,13 +18,13 @@ states the rules; in short:
   arguments): it is listed in ``CodeInfo.data_globals`` and keyed by its
   value at every call by the memoize layer, not by the code digest; only
   *service* objects (loggers, writers, locks, files, progress bars: see
-  ``_code_globals.SERVICE_TYPES``) enter by their type's name alone;
+  ``code.global_kinds.SERVICE_TYPES``) enter by their type's name alone;
 * :func:`ignore_global` leaves a global out altogether.
 
 Results are cached per function object and re-checked on each call against
 every global binding the closure read, so rebinding a constant (re-running
 a notebook cell) is seen. A failure inside the scanner never breaks the
-call: the code it failed on is keyed coarsely (see ``_code_fallback``) and
+call: the code it failed on is keyed coarsely (see ``code.fallback``) and
 a :class:`~memostore.errors.MemostoreWarning` names it.
 """
 
@@ -42,10 +42,10 @@ from typing import Any, TypeVar
 
 import blake3
 
-from ._code_fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
-from ._code_graph import Closure
-from ._code_modules import is_user_module
-from ._code_values import IgnoreRules, hash_parts, is_pure
+from .code.fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
+from .code.graph import Closure
+from .code.modules import is_user_module
+from .code.values import IgnoreRules, hash_parts, is_pure
 from .errors import MemostoreWarning
 
 __all__ = [

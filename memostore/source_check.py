@@ -9,7 +9,7 @@ the user's modules beside it: files are read and parsed, never executed, and
 never put on ``sys.path``.
 
 Comparisons reuse the code scanner's normalisation
-(:func:`memostore._code_source.normalised_dump`: no comments, docstrings,
+(:func:`memostore.code.source.normalised_dump`: no comments, docstrings,
 formatting or positions), so what it would not count as a change is not
 reported as one. A constant is checked when today's binding is a literal (its
 digest is recomputed as the scanner computes it); a global bound to a
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._code_source import SourceFile, normalised_dump, source_file
+from .code.source import SourceFile, normalised_dump, source_file
 
 MAIN = "__main__"
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -226,7 +226,7 @@ def check_dependencies(
 def _check_one(symbol: str, dep: Mapping[str, Any], files: _Files) -> tuple[str, str]:
     kind = dep.get("kind")
     if kind == "python":
-        from ._code_modules import python_digest
+        from .code.modules import python_digest
 
         same = python_digest() == dep.get("digest")
         return ("same", "") if same else ("changed", "the Python version changed\n")
@@ -253,7 +253,7 @@ def _check_one(symbol: str, dep: Mapping[str, Any], files: _Files) -> tuple[str,
 def _check_distribution(symbol: str, dep: Mapping[str, Any]) -> tuple[str, str]:
     from importlib import metadata
 
-    from ._code_modules import distribution_pin
+    from .code.modules import distribution_pin
 
     names = symbol.removeprefix("dist:").split(",")
     try:
@@ -339,7 +339,7 @@ def _find_definition(
 def _check_constant(
     symbol: str, name: str, dep: Mapping[str, Any], parsed: list[SourceFile]
 ) -> tuple[str, str]:
-    from ._code_values import render_constant
+    from .code.values import render_constant
     from .comparison import unified_source_diff
     from .hashing import digest_value
 

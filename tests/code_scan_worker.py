@@ -151,7 +151,8 @@ class Scan:
 
     def run(self) -> dict[str, int]:
         """Scan file by file, dropping each parsed file afterwards to keep memory flat."""
-        from memostore import _code_bytecode, _code_source
+        from memostore.code import bytecode as code_bytecode
+        from memostore.code import source as code_source
 
         by_file: dict[str, tuple[list[FunctionType], list[type]]] = {}
         for func in self.functions.values():
@@ -164,15 +165,15 @@ class Scan:
         for file, (functions, classes) in by_file.items():
             for func in functions:
                 try:
-                    codes += self._scan_function(func, _code_bytecode, _code_source)
+                    codes += self._scan_function(func, code_bytecode, code_source)
                 except Exception as exc:
                     self._fail(func, exc)
             for cls in classes:
                 try:
-                    self._scan_class(cls, _code_source)
+                    self._scan_class(cls, code_source)
                 except Exception as exc:
                     self._fail(cls, exc)
-            _code_source._files.pop(file, None)
+            code_source._files.pop(file, None)
         return {"functions": len(self.functions), "classes": len(self.classes), "codes": codes}
 
     @staticmethod

@@ -76,3 +76,55 @@ def test_every_package_is_listed_for_the_wheel() -> None:
             parts[0] = mapped.get(parts[0], parts[0])
             found.add(".".join(parts))
     assert found == listed, f"missing: {sorted(found - listed)}, stale: {sorted(listed - found)}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _load_time_imports(path: Path, known: set[str]) -> set[str]:
+    """The modules of *known* that importing *path* imports first: its module-level
+    imports, relative ones resolved; ``from pkg import sub`` counts as ``pkg.sub``
+    where ``sub`` is a module (not as ``pkg``, which is already being imported)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue  # never runs
+        for stmt in node.body if isinstance(node, ast.Try) else [node]:
+            if isinstance(stmt, ast.Import):
+                found.update(alias.name for alias in stmt.names)
+            elif isinstance(stmt, ast.ImportFrom):
+                if stmt.level:
+                    base = package.split(".")[: len(package.split(".")) - stmt.level + 1]
+                    module = ".".join([*base, *([stmt.module] if stmt.module else [])])
+                else:
+                    module = stmt.module or ""
+                subs = {f"{module}.{alias.name}" for alias in stmt.names} & known
+                found.update(subs or {module})
+    return (found & known) - {name}
+
+
+def test_the_core_imports_form_no_cycle() -> None:
+    # A cycle makes the import order matter and hides what depends on what:
+    # imports that must wait go inside the function that needs them.
+    paths = files("memostore")
+    known = {_module_name(path) for path in paths}
+    graph = {_module_name(path): _load_time_imports(path, known) for path in paths}
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            cycle = [*trail[trail.index(module) :], module]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for child in sorted(graph[module]):
+            visit(child, [*trail, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

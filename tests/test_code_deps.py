@@ -29,7 +29,8 @@ from types import CodeType
 import blake3
 import pytest
 
-from memostore import _code_bytecode, _code_source
+from memostore.code import bytecode as code_bytecode
+from memostore.code import source as code_source
 from memostore.code_deps import CodeInfo, Dependency, code_info, ignore_global, is_user_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -549,7 +550,7 @@ def test_code_info_rejects_non_code() -> None:
 def _reference_chains(code: CodeType) -> set[tuple[str, ...]]:
     """Global attribute chains read with ``dis``, to check the fast scanner against."""
     chains: set[tuple[str, ...]] = set()
-    for c in _code_bytecode.code_tree(code):
+    for c in code_bytecode.code_tree(code):
         chain: list[str] | None = None
         for ins in dis.get_instructions(c):
             if ins.opname in ("CACHE", "EXTENDED_ARG"):
@@ -573,9 +574,9 @@ def test_fast_scanner_agrees_with_dis(module_name: str) -> None:
     module = importlib.import_module(module_name)
     code = compile(Path(module.__file__).read_text(), module.__file__, "exec")
     facts_chains: set[tuple[str, ...]] = set()
-    for c in _code_bytecode.code_tree(code):
+    for c in code_bytecode.code_tree(code):
         found: dict[tuple[str, ...], None] = {}
-        _code_bytecode.scan_fast(c, found, set())
+        code_bytecode.scan_fast(c, found, set())
         facts_chains.update(found)
     assert facts_chains == _reference_chains(code)
 
@@ -588,14 +589,14 @@ def test_instruction_decoder_agrees_with_dis(module_name: str) -> None:
     module = importlib.import_module(module_name)
     code = compile(Path(module.__file__).read_text(), module.__file__, "exec")
     checked = 0
-    for c in _code_bytecode.code_tree(code):
-        ours = _code_bytecode._instructions(c)
+    for c in code_bytecode.code_tree(code):
+        ours = code_bytecode._instructions(c)
         theirs = [
             i for i in dis.get_instructions(c) if i.opname not in ("NOP", "CACHE", "EXTENDED_ARG")
         ]
         assert [op for op, _ in ours] == [i.opname for i in theirs]
         for (op, argval), ins in zip(ours, theirs, strict=True):
-            if isinstance(ins.argval, str) and ins.opcode in _code_bytecode._ARG_KINDS:
+            if isinstance(ins.argval, str) and ins.opcode in code_bytecode._ARG_KINDS:
                 assert argval == ins.argval, (c.co_name, op)
                 checked += 1
     assert checked > 1000
@@ -627,8 +628,8 @@ def test_bytecode_digest_ignores_lines_and_docstrings() -> None:
     base = compiled("def f(x):\n    y = x + 1\n    return y\n")
     moved = compiled("\n\n\ndef f(x):\n    '''Doc.'''\n\n    y = x + 1  # c\n    return y\n")
     other = compiled("def f(x):\n    y = x + 2\n    return y\n")
-    assert _code_bytecode.bytecode_digest(base) == _code_bytecode.bytecode_digest(moved)
-    assert _code_bytecode.bytecode_digest(base) != _code_bytecode.bytecode_digest(other)
+    assert code_bytecode.bytecode_digest(base) == code_bytecode.bytecode_digest(moved)
+    assert code_bytecode.bytecode_digest(base) != code_bytecode.bytecode_digest(other)
 
 
 def test_normalised_dump_drops_docstrings_only() -> None:
@@ -637,7 +638,7 @@ def test_normalised_dump_drops_docstrings_only() -> None:
     a = ast.parse('def f():\n    "doc"\n    return 1\n')
     b = ast.parse("def f():\n    return 1\n")
     c = ast.parse('def f():\n    return "doc"\n')
-    dump = _code_source.normalised_dump
+    dump = code_source.normalised_dump
     assert dump(a) == dump(b) != dump(c)
 
 

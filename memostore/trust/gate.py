@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .._code_modules import _STDLIB_NAMES
+from ..code.modules import _STDLIB_NAMES
 from ..errors import DecodeError, MalformedObject, MemostoreWarning, StaleCode
 from .errors import UntrustedCode, UntrustedOrigin
 from .imports import ImportRefused, import_library_module, import_user_module

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 
-from .._code_modules import _TOOL_PACKAGES, _under_library_root, is_user_module
+from ..code.modules import _TOOL_PACKAGES, _under_library_root, is_user_module
 
 
 class ImportRefused(Exception):

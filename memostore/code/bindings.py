@@ -3,12 +3,12 @@
 Each value read enters the closure in one of four ways:
 
 * code (a function, class or module): followed, a dependency of its own;
-* a constant (``_code_graph.Closure.constant_tree``): hashed by value into
+* a constant (``graph.Closure.constant_tree``): hashed by value into
   the code digest, and re-checked on every call;
 * data (anything else that is not a service): a dependency of kind
   ``"data"`` whose value is *not* in the code digest; the memoize layer reads
   it at every call and keys the call by it (``CodeInfo.data_globals``);
-* a service (``_code_globals.SERVICE_TYPES``): kind ``"object"``, by type only.
+* a service (``global_kinds.SERVICE_TYPES``): kind ``"object"``, by type only.
 
 A name some function rebinds with ``global`` (a cell rebound with
 ``nonlocal``) is read at every call even when it holds a constant now: a
@@ -31,12 +31,12 @@ from typing import Any
 
 import blake3
 
-from ._code_bytecode import LocalImport
-from ._code_fallback import CODE_FALLBACK, VALUE_FALLBACK, describe, file_text_digest
-from ._code_globals import CellView, DefaultView, service_kind
-from ._code_modules import is_user_module
-from ._code_source import CodeFacts, source_file
-from ._code_values import (
+from .bytecode import LocalImport
+from .fallback import CODE_FALLBACK, VALUE_FALLBACK, describe, file_text_digest
+from .global_kinds import CellView, DefaultView, service_kind
+from .modules import is_user_module
+from .source import CodeFacts, source_file
+from .values import (
     BUILTIN_CALLABLES,
     MISSING,
     Guards,

@@ -1,7 +1,7 @@
 """Globals that hold data, and the service objects that are skipped instead.
 
 A global read by the user's code that is not constant-like (see
-``_code_graph.Closure.constant_tree``) is either *data* -- a model, a tensor,
+``graph.Closure.constant_tree``) is either *data* -- a model, a tensor,
 an optimizer, parsed arguments, a loader, a mutable dataclass -- whose value
 keys every call, or a *service* -- a logger, a writer, a lock, a file -- that
 cannot change what the call returns and is skipped by type.

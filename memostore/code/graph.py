@@ -10,8 +10,8 @@ Building a closure runs in three passes: a breadth-first walk from the root
 that collects nodes and the references between them, naming (symbols,
 made unique in walk order), and hashing. How the globals, imports, cells
 and defaults a function reads become nodes (code, constant, data or
-service) is in ``_code_bindings``. A function or class whose expansion
-raises is keyed coarsely (``_code_fallback``) and listed in ``failures``;
+service) is in ``bindings``. A function or class whose expansion
+raises is keyed coarsely (``fallback``) and listed in ``failures``;
 the walk goes on.
 """
 
@@ -30,9 +30,9 @@ from types import (
 )
 from typing import Any
 
-from ._code_bindings import Bindings, wrapped_of
-from ._code_fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
-from ._code_modules import (
+from .bindings import Bindings, wrapped_of
+from .fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
+from .modules import (
     PYTHON_SYMBOL,
     _under_library_root,
     distribution_pin,
@@ -43,12 +43,12 @@ from ._code_modules import (
     module_of,
     python_digest,
 )
-from ._code_source import (
+from .source import (
     class_source,
     code_facts,
     source_file,
 )
-from ._code_values import (
+from .values import (
     BUILTIN_CALLABLES,
     CONTAINERS,
     MISSING,
@@ -476,7 +476,7 @@ class Closure(Bindings):
 
 
 def _is_distribution(module_name: str) -> bool:
-    from ._code_modules import _packages_distributions
+    from .modules import _packages_distributions
 
     return module_name.partition(".")[0] in _packages_distributions()
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import blake3
 
-from ._code_bytecode import LocalImport, bytecode_digest, code_tree, scan_dis, scan_fast
-from ._code_fallback import code_fallback, describe
+from .bytecode import LocalImport, bytecode_digest, code_tree, scan_dis, scan_fast
+from .fallback import code_fallback, describe
 
 __all__ = [
     "CodeFacts",
@@ -439,7 +439,7 @@ class CodeFacts:
     filename: str
     span: tuple[int, int] | None  # first and last line of the definition in the file
     # Why the scanner failed on this code, when it did: the digest is then the
-    # coarse one of ``_code_fallback`` and ``source`` says so.
+    # coarse one of ``fallback`` and ``source`` says so.
     failure: str | None = None
     # Every name the code mentions, when its bytecode could not be scanned.
     fallback_names: tuple[str, ...] = ()

@@ -24,7 +24,7 @@ from typing import Any
 
 import blake3
 
-from ._code_source import qualname_of
+from .source import qualname_of
 
 __all__ = [
     "BUILTIN_CALLABLES",
