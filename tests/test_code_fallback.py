@@ -123,6 +123,30 @@ def make_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         sys.modules.pop(name, None)
 
 
+def test_a_set_constant_in_another_order_still_matches_its_source(make_module) -> None:
+    # ``x in {"a", "b"}`` compiles to a frozenset constant, and two compiles of one
+    # source may iterate it in different orders (it depends on the hash seed). The
+    # check that the file still holds the running code must not take that for an
+    # edit, or the function loses its source and is keyed by bytecode instead.
+    mod = make_module(
+        "sets",
+        """
+        def kind(x):
+            return "small" if x in {1, 9} else "other"
+    """,
+    )
+    code = mod.kind.__code__
+    (constant,) = [c for c in code.co_consts if isinstance(c, frozenset)]
+    reordered = frozenset(sorted(constant, reverse=repr(constant) == "frozenset({1, 9})"))
+    assert repr(reordered) != repr(constant) and reordered == constant
+    consts = tuple(reordered if c is constant else c for c in code.co_consts)
+    mod.kind.__code__ = code.replace(co_consts=consts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MemostoreWarning)
+        info = code_info(mod.kind)
+    assert info.deps[info.symbol].source.lstrip().startswith("def kind")
+
+
 def test_nanogpt_from_pretrained_is_scanned(make_module) -> None:
     mod = make_module("nanogpt", NANOGPT)
     with warnings.catch_warnings():

@@ -333,13 +333,16 @@ def _read_import(instrs: list[tuple[str, Any]], n: int, imports: dict[str, Local
             return
 
 
-def _encode_const(value: Any) -> str:
+def encode_constant(value: Any) -> str:
+    """A constant as text that two equal constants share: by type and value, the
+    members of a frozenset sorted (their iteration order can differ between two
+    compiles of the same source), nested code by its bytecode digest."""
     if isinstance(value, CodeType):
         return "code:" + bytecode_digest(value)
     if isinstance(value, frozenset):
-        return "frozenset:" + repr(sorted(_encode_const(v) for v in value))
+        return "frozenset:" + repr(sorted(encode_constant(v) for v in value))
     if isinstance(value, tuple):
-        return "tuple:" + repr([_encode_const(v) for v in value])
+        return "tuple:" + repr([encode_constant(v) for v in value])
     return f"{type(value).__name__}:{value!r}"
 
 
@@ -371,7 +374,7 @@ def bytecode_digest(code: CodeType) -> str:
     ]
     for op, arg in _raw(code):
         if op in _CONSTS:
-            parts.append(f"{_OPNAME[op]} {_encode_const(consts[arg])}")
+            parts.append(f"{_OPNAME[op]} {encode_constant(consts[arg])}")
         else:
             parts.append(f"{_OPNAME[op]} {arg}")
     # Where exceptions jump to (3.11+), in the same code units as the jumps.

@@ -26,7 +26,14 @@ from typing import Any
 
 import blake3
 
-from .bytecode import LocalImport, bytecode_digest, code_tree, scan_dis, scan_fast
+from .bytecode import (
+    LocalImport,
+    bytecode_digest,
+    code_tree,
+    encode_constant,
+    scan_dis,
+    scan_fast,
+)
 from .fallback import code_fallback, describe
 
 __all__ = [
@@ -280,7 +287,7 @@ def _same_code(a: CodeType, b: CodeType) -> bool:
         if isinstance(x, CodeType) and isinstance(y, CodeType):
             if not _same_code(x, y):
                 return False
-        elif type(x) is not type(y) or repr(x) != repr(y):
+        elif encode_constant(x) != encode_constant(y):
             return False
     return True
 
