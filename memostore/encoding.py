@@ -21,9 +21,10 @@ import sys
 import types
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import scalar_args
 from .codecs import Codec, CodecRegistry, registry
 from .errors import EncodeError
 from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
@@ -292,8 +293,11 @@ class Encoder:
             return self._standalone(obj, codec)
         return self._document(lambda: self.node(obj))
 
-    def encode_mapping(self, items: Iterable[tuple[str, Any]]) -> str:
+    def encode_mapping(self, items: Sequence[tuple[str, Any]]) -> str:
         """Encode named values in the given order (a call's arguments)."""
+        doc = scalar_args.document(items)
+        if doc is not None:  # built once per process for the same small scalars
+            return self.sink.put_doc(doc)
 
         def build() -> Any:
             out = []
