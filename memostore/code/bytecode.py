@@ -21,7 +21,14 @@ from typing import Any
 
 import blake3
 
-__all__ = ["LocalImport", "bytecode_digest", "code_tree", "scan_dis", "scan_fast"]
+__all__ = [
+    "LocalImport",
+    "bytecode_digest",
+    "code_tree",
+    "encode_constant",
+    "scan_dis",
+    "scan_fast",
+]
 
 _OP = dis.opmap
 _LOAD_GLOBAL = _OP["LOAD_GLOBAL"]
