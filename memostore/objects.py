@@ -23,6 +23,8 @@ from typing import Any
 
 import blake3
 
+from .errors import EncodeError, MalformedObject
+
 FORMAT_VERSION = 1
 ID_HEX_LENGTH = 64
 _HEX_DIGITS = "0123456789abcdef"
@@ -83,14 +85,22 @@ def canonical_json(obj: Any) -> bytes:
     Python's ``float.__repr__`` is the shortest round-tripping form and the same
     on every platform, so equal values always give equal bytes.
     """
-    return json.dumps(
+    text = json.dumps(
         obj,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
         allow_nan=False,
         default=_reject_non_finite,
-    ).encode("utf-8")
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EncodeError(
+            f"a string holds {text[exc.start : exc.end]!r}, a lone surrogate that UTF-8 "
+            "cannot encode; pass valid text (for example "
+            "s.encode('utf-8', 'surrogatepass').decode('utf-8', 'replace')) or bytes instead"
+        ) from None
 
 
 def check_finite(value: float) -> bool:
@@ -155,8 +165,6 @@ class Doc:
     @classmethod
     def parse(cls, data: bytes, object_id: str | None = None) -> Doc:
         """Parse a document's bytes (already verified against its id by the store)."""
-        from .errors import MalformedObject
-
         newline = data.find(b"\n")
         if not data.startswith(DOC_PREFIX) or newline < 0:
             raise MalformedObject(f"object {object_id or '?'} is not a memostore document")
@@ -187,8 +195,6 @@ class Doc:
 
 def _parse_links(data: Any, object_id: str | None) -> Links:
     """The ``links`` member of a document read from bytes, checked for shape."""
-    from .errors import MalformedObject
-
     if not data:
         return Links()
     lists = (data.get("doc", []), data.get("blob", [])) if isinstance(data, dict) else None

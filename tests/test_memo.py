@@ -466,3 +466,25 @@ def test_registered_immutable_objects_are_hashed_once(store_dir: Path) -> None:
     assert calls == [1]
     result = consume.lookup(frozen)
     assert result is not None and result.load_args()["data"] == frozen
+
+
+def test_a_lone_surrogate_is_refused_with_the_fix_and_a_result_holding_one_returned(
+    store_dir: Path,
+) -> None:
+    runs: list[str] = ignore_global([])
+
+    @memo
+    def echo(text: str) -> str:
+        runs.append(text)
+        return text
+
+    with pytest.raises(MemostoreError, match=r"lone surrogate.*pass valid text"):
+        echo("a\ud800b")
+    assert runs == []  # refused before the body ran
+
+    @memo
+    def broken(n: int) -> str:
+        return "x\udc80" * n
+
+    with pytest.warns(MemostoreWarning, match="lone surrogate"):
+        assert broken(2) == "x\udc80x\udc80"  # not stored, still returned
