@@ -45,8 +45,9 @@ import blake3
 from .code.fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
 from .code.graph import Closure
 from .code.modules import is_user_module
-from .code.values import IgnoreRules, hash_parts, is_pure
+from .code.values import IgnoreRules, is_pure
 from .errors import MemostoreWarning
+from .objects import hash_parts
 
 __all__ = [
     "CodeInfo",

@@ -51,6 +51,16 @@ def digest_bytes(data: bytes | bytearray | memoryview) -> str:
     return blake3.blake3(data).hexdigest()
 
 
+def hash_parts(parts: Iterable[str]) -> str:
+    """BLAKE3 of length-prefixed strings (no two part lists hash alike by concatenation)."""
+    h = blake3.blake3()
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(b"%d:" % len(data))
+        h.update(data)
+    return h.hexdigest()
+
+
 def new_hasher(expected_size: int = 0) -> blake3.blake3:
     """A streaming BLAKE3 hasher, multi-threaded when the input will be large."""
     if expected_size >= _PARALLEL_HASH_THRESHOLD:

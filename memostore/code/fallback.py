@@ -16,7 +16,7 @@ import sys
 from types import CodeType, FunctionType
 from typing import Any
 
-import blake3
+from ..objects import hash_parts
 
 __all__ = [
     "CODE_FALLBACK",
@@ -36,15 +36,6 @@ CODE_FALLBACK = (
 VALUE_FALLBACK = "that value is keyed by its value at each call instead"
 
 
-def _digest(parts: list[str]) -> str:
-    h = blake3.blake3()
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass")
-        h.update(b"%d:" % len(data))
-        h.update(data)
-    return h.hexdigest()
-
-
 def describe(exc: BaseException) -> str:
     """``IndexError: tuple index out of range``, cut to one short line."""
     text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
@@ -54,14 +45,14 @@ def describe(exc: BaseException) -> str:
 def file_text_digest(filename: str | None, module_globals: dict[str, Any] | None = None) -> str:
     """Digest of a source file's whole text as ``linecache`` holds it, or of its absence."""
     if not filename:
-        return _digest(["no file"])
+        return hash_parts(["no file"])
     try:
         lines = linecache.getlines(filename, module_globals)
     except Exception:
         lines = []
     if not lines:
-        return _digest(["no source"])
-    return _digest(["text", "".join(lines)])
+        return hash_parts(["no source"])
+    return hash_parts(["text", "".join(lines)])
 
 
 def raw_code_digest(code: CodeType, depth: int = 0) -> str:
@@ -88,7 +79,7 @@ def raw_code_digest(code: CodeType, depth: int = 0) -> str:
         getattr(code, "co_exceptiontable", b"").hex(),
     ]
     parts += [_const_text(value, depth) for value in code.co_consts]
-    return _digest(parts)
+    return hash_parts(parts)
 
 
 def _const_text(value: Any, depth: int) -> str:
@@ -112,9 +103,9 @@ def code_fallback(
     """The local digest and the source text of a function whose scan failed."""
     try:
         text = file_text_digest(code.co_filename, module_globals)
-        local = "fallback:" + _digest([text, raw_code_digest(code)])
+        local = "fallback:" + hash_parts([text, raw_code_digest(code)])
     except Exception as exc:  # pragma: no cover - a code object without its attributes
-        local = "fallback:" + _digest(["unreadable", str(id(code))])
+        local = "fallback:" + hash_parts(["unreadable", str(id(code))])
         why = f"{why}; {describe(exc)}"
     return local, _explain(why, code.co_filename)
 
@@ -133,7 +124,7 @@ def class_fallback(cls: type, why: str) -> tuple[str, str]:
         func = getattr(value, "__func__", value)
         if isinstance(func, FunctionType):
             parts.append(f"{name}={raw_code_digest(func.__code__)}")
-    return "fallback:" + _digest(parts), _explain(why, file if isinstance(file, str) else None)
+    return "fallback:" + hash_parts(parts), _explain(why, file if isinstance(file, str) else None)
 
 
 def _explain(why: str, filename: str | None) -> str:

@@ -22,8 +22,7 @@ from types import (
 )
 from typing import Any
 
-import blake3
-
+from ..objects import hash_parts
 from .source import qualname_of
 
 __all__ = [
@@ -38,7 +37,6 @@ __all__ = [
     "class_symbol",
     "encode_tree",
     "function_symbol",
-    "hash_parts",
     "is_pure",
     "real_module",
     "render_constant",
@@ -58,16 +56,6 @@ BUILTIN_CALLABLES = (
 )
 
 Tree = tuple[Any, ...]
-
-
-def hash_parts(parts: Iterable[str]) -> str:
-    """blake3 of length-prefixed strings (no two part lists hash alike by concatenation)."""
-    h = blake3.blake3()
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass")
-        h.update(b"%d:" % len(data))
-        h.update(data)
-    return h.hexdigest()
 
 
 def type_name(cls: type) -> str:
