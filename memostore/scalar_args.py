@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .objects import KIND_VALUE, Doc
+from .objects import KIND_VALUE, Doc, check_finite
 
 # Bounds that keep each cached document small; larger values are encoded as usual.
 _INT_LIMIT = 1 << 63
@@ -27,7 +27,7 @@ _MAX_ENTRIES = 4096
 _docs: dict[tuple[Any, ...], Doc] = {}
 
 
-def lookup_key(items: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
+def _lookup_key(items: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
     """The cache key of these (name, value) pairs, or None if one value is not a small scalar."""
     key: list[Any] = []
     for name, value in items:
@@ -39,7 +39,7 @@ def lookup_key(items: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
             if len(value) > _STR_MAX:
                 return None
         elif cls is float:
-            if value != value or value in (float("inf"), float("-inf")):
+            if not check_finite(value):
                 return None
             value = value.hex()
         elif not (cls is bool or value is None):
@@ -51,7 +51,7 @@ def lookup_key(items: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
 def document(items: Sequence[tuple[str, Any]]) -> Doc | None:
     """The arguments' document (as ``Encoder.encode_mapping`` builds it), if every
     value is a small scalar: each of them is its own node then."""
-    key = lookup_key(items)
+    key = _lookup_key(items)
     if key is None:
         return None
     doc = _docs.get(key)
