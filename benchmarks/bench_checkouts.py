@@ -47,10 +47,10 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 from _common import result  # noqa: E402
 
 from memostore import Store, snapshot  # noqa: E402
-from memostore.decoding import Decoder  # noqa: E402
-from memostore.encoding import Encoder, StoreSink  # noqa: E402
-from memostore.filecopy import copy_fd  # noqa: E402
-from memostore.objects import new_hasher  # noqa: E402
+from memostore.odb.filecopy import copy_fd  # noqa: E402
+from memostore.odb.objects import new_hasher  # noqa: E402
+from memostore.values.decoding import Decoder  # noqa: E402
+from memostore.values.encoding import Encoder, StoreSink  # noqa: E402
 
 MiB = 1024 * 1024
 _CHUNK = 16 * MiB

@@ -90,7 +90,8 @@ def worker(argv: list[str]) -> None:
 
 def gc_loop(store: str, stop: str) -> None:
     """Run gc on *store* until the file *stop* exists."""
-    from memostore import Store, maintenance
+    from memostore import Store
+    from memostore.lifecycle import maintenance
 
     opened = Store(store)
     passes = 0
@@ -307,9 +308,9 @@ def through_s3(root: Path, procs: int, rounds: int, body_s: float) -> None:
 
 def decision_cost(root: Path, calls: int) -> None:
     from memostore import Store
-    from memostore.evaluation import eval_ref_name
+    from memostore.call.evaluation import eval_ref_name
+    from memostore.call.single_flight import begin
     from memostore.remote import fetch_on_miss
-    from memostore.single_flight import begin
 
     store = Store(root / "store-decision")
     times = []

@@ -128,7 +128,7 @@ CHILD = """
 import json, statistics, time
 import benchpkg.m0
 {imports}
-from memostore.code_deps import code_info
+from memostore.code.deps import code_info
 start, cpu = time.perf_counter(), time.process_time()
 info = code_info(benchpkg.m0.entry_0)
 first, first_cpu = time.perf_counter() - start, time.process_time() - cpu

@@ -36,7 +36,7 @@ import torch
 from _common import result, rotate
 
 from memostore import MemostoreWarning, forget_digest, memo
-from memostore.hashing import digest_value
+from memostore.values.hashing import digest_value
 
 
 def timed(fn: Any) -> tuple[float, Any]:

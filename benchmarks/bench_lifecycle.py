@@ -88,7 +88,7 @@ def measure_compute_usage(root: Path, runs: int) -> None:
     cache carried over, no CLI start-up."""
     code = (
         "import time, sys\n"
-        "from memostore.store import Store\n"
+        "from memostore.odb.store import Store\n"
         "from memostore.lifecycle.usage import compute_usage\n"
         "store = Store(sys.argv[1])\n"
         "start = time.process_time()\n"
@@ -122,7 +122,7 @@ def measure_evict_half(objects: int) -> None:
     """
     from memostore.lifecycle.eviction import EvictionPolicy, evict
     from memostore.lifecycle.usage import compute_usage
-    from memostore.store import Store
+    from memostore.odb.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="memostore-bench-evict-"))
     fast = "/dev/shm" if Path("/dev/shm").is_dir() else None
@@ -201,7 +201,7 @@ def _unlink_floor(root: Path, object_ids: list[str], ref_names: list[str]) -> fl
 def measure_store_hook(runs: int) -> None:
     """What the size-limit trigger adds to a stored miss (``trigger.after_store``)."""
     from memostore.lifecycle import settings, trigger
-    from memostore.store import Store
+    from memostore.odb.store import Store
 
     tmp = tempfile.mkdtemp(prefix="memostore-bench-trigger-")
     try:

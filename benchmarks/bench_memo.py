@@ -64,7 +64,7 @@ def bench_hit_overhead(root: Path, calls: int = 20_000, repeat: int = 5) -> dict
 def bench_blob_write(root: Path, mib: int, repeat: int = 5) -> dict:
     import numpy as np
 
-    from memostore.object_store import DiskObjectStore
+    from memostore.odb.object_store import DiskObjectStore
 
     data = np.random.default_rng(0).integers(0, 255, size=mib << 20, dtype=np.uint8)
     view = memoryview(data)

@@ -68,10 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, result, rotate
 
 from memostore import Store, forget_digest, ignore_global, memo
-from memostore.hashing import digest_value
 from memostore.lifecycle import last_use
+from memostore.odb.verified import forget_known, hashed_bytes
 from memostore.remote import pull, push
-from memostore.verified import forget_known, hashed_bytes
+from memostore.values.hashing import digest_value
 from torch_codecs import checks
 
 TENSORS = 200

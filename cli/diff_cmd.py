@@ -39,7 +39,7 @@ def diff(
     out = Output()
     first = state.resolve(rev_a)
     if rev_b is None:
-        from memostore.miss_check import why_miss
+        from memostore.inspect.miss_check import why_miss
 
         # Only a function the user named is imported, never one the store names.
         record = why_miss(
@@ -52,7 +52,7 @@ def diff(
         return
     if sources:
         raise click.UsageError("--source compares one evaluation with today's code: give one REV")
-    from memostore.comparison import diff_records
+    from memostore.inspect.comparison import diff_records
 
     second = state.resolve(rev_b)
     record = diff_records(state.store, first, second)
@@ -170,7 +170,7 @@ def _diff_style(line: str) -> str | None:
 
 
 def _print_result(out: Output, result: dict[str, Any]) -> None:
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     out.line()
     out.heading("result")

@@ -11,7 +11,7 @@ _SHOWN = 20
 
 
 def _size(n: int) -> str:
-    from memostore.summaries import format_bytes
+    from memostore.values.summaries import format_bytes
 
     return format_bytes(n)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from memostore.collector import collector_paused
+from memostore.odb.collector import collector_paused
 
 from .output import Output, age, json_safe
 from .state import State, pass_state
@@ -28,7 +28,7 @@ def register(group: click.Group) -> None:
 
 
 def _size(n: int) -> str:
-    from memostore.summaries import format_bytes
+    from memostore.values.summaries import format_bytes
 
     return format_bytes(n)
 
@@ -36,8 +36,8 @@ def _size(n: int) -> str:
 def _targets(state: State, text: str) -> tuple[str | None, list[str]]:
     """(function, its evaluations) when *text* names a function, else (None, [the one
     evaluation the revision names])."""
+    from memostore.inspect.revisions import MIN_PREFIX, find_function
     from memostore.lifecycle.tags import resolve_tag
-    from memostore.revisions import MIN_PREFIX, find_function
 
     hexlike = len(text) >= MIN_PREFIX and not text.lower().strip("0123456789abcdef")
     if "~" not in text and not hexlike and resolve_tag(state.store, text) is None:
@@ -296,7 +296,7 @@ def rm(state: State, targets: tuple[str, ...], dry_run: bool, as_json: bool) -> 
     if as_json:
         out.json(report.to_json())
         return
-    from memostore import index
+    from memostore.odb import index
 
     entries, _ = index.lookup(state.store, report.evaluations)
     functions = {e: str(entry.get("function") or "?") for e, entry in entries.items()}
@@ -366,8 +366,8 @@ def tag(
 
 
 def _list_tags(out: Output, state: State, as_json: bool) -> None:
-    from memostore import index
     from memostore.lifecycle.tags import list_tags
+    from memostore.odb import index
 
     listed = list_tags(state.store)
     entries, _ = index.lookup(state.store, set(listed.values()))

@@ -151,7 +151,7 @@ def _records(
 ) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, Any]]:
     """(records newest first, problems, running evaluations by run id)."""
     from memostore.errors import RevisionNotFound
-    from memostore.inspection import log_records
+    from memostore.inspect.inspection import log_records
     from memostore.metrics.running import running_evaluations, running_of
 
     # First: it records the evaluations of dead processes, which the refs then list.
@@ -174,7 +174,7 @@ def _add_last_use(state: State, records: list[dict[str, Any]]) -> dict[str, floa
     An evaluation with no last-use record (made before it was kept, or whose
     process died before flushing it) was last used when it was created.
     """
-    from memostore.inspection import iso_time
+    from memostore.inspect.inspection import iso_time
     from memostore.lifecycle.last_use import load
 
     uses = load(state.store)
@@ -216,7 +216,7 @@ class _MetricCache:
         self._by_logs: dict[str, dict[str, Any]] = {}
 
     def summary(self, record: dict[str, Any]) -> dict[str, Any]:
-        from memostore.inspection import metrics_of
+        from memostore.inspect.inspection import metrics_of
 
         if record.get("status") == "running":
             return self._running_summary(record)

@@ -31,7 +31,7 @@ class Duration(click.ParamType):
 
 
 def _size(n: int) -> str:
-    from memostore.summaries import format_bytes
+    from memostore.values.summaries import format_bytes
 
     return format_bytes(n)
 
@@ -173,7 +173,7 @@ def gc(
 def _plain_gc(
     state: State, grace: float, dry_run: bool, quarantine_age: float, progress: Any
 ) -> Any:
-    from memostore.maintenance import gc as run_gc
+    from memostore.lifecycle.maintenance import gc as run_gc
 
     return run_gc(
         state.store,
@@ -230,7 +230,7 @@ def fsck(state: State, as_json: bool) -> None:
     Exits with status 1, naming each bad object or ref, when anything is wrong.
     Rebuilds the evaluation index when it is missing or out of date.
     """
-    from memostore.maintenance import fsck as run_fsck
+    from memostore.lifecycle.maintenance import fsck as run_fsck
 
     out = Output()
     with out.progress("fsck") as progress:

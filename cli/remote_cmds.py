@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from memostore.errors import MemostoreError
+from memostore.odb.store import Store
 from memostore.remote import (
     RemoteConfig,
     SyncReport,
@@ -25,7 +26,6 @@ from memostore.remote import (
     set_remote_trust,
 )
 from memostore.remote.config import looks_like_url
-from memostore.store import Store
 
 
 def register(group: click.Group) -> None:

@@ -28,7 +28,7 @@ def show(state: State, rev: str, as_json: bool) -> None:
     evaluation still running is named by its run id (see `memostore log`) or
     by its function; it shows the metrics logged so far.
     """
-    from memostore.inspection import show_record
+    from memostore.inspect.inspection import show_record
     from memostore.metrics.running import RunningEvaluation, resolve_running
 
     target = resolve_running(state.store, rev)
@@ -52,7 +52,7 @@ def show(state: State, rev: str, as_json: bool) -> None:
 
 def _add_last_use(state: State, record: dict[str, Any]) -> None:
     """Add ``last_used`` (ISO time) and ``hits``; without a record, its creation and 0."""
-    from memostore.inspection import iso_time
+    from memostore.inspect.inspection import iso_time
     from memostore.lifecycle.last_use import load
 
     use = load(state.store).get(record["id"])
@@ -76,7 +76,7 @@ def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
 
 def print_record(out: Output, record: dict[str, Any], state: State, live: Any = None) -> None:
     """Print a show record; *live* is the metrics reader of a running evaluation."""
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     status = str(record.get("status"))
     out.styled([("evaluation ", "yellow"), (record["id"], "yellow")])
@@ -174,7 +174,7 @@ def print_record(out: Output, record: dict[str, Any], state: State, live: Any = 
 
 def _print_effects(out: Output, record: dict[str, Any]) -> None:
     """Mutated arguments (their state after the call) and the global RNGs drawn from."""
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     effects = record.get("effects") or {}
     if effects or record.get("rebound"):
@@ -199,7 +199,7 @@ def _print_effects(out: Output, record: dict[str, Any]) -> None:
 
 def summary_lines(summary: Any, depth: int = 0) -> list[str]:
     """A result summary as lines: containers one item per line, to two levels."""
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     if depth < 2 and isinstance(summary, dict):
         kind = summary.get("type")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from memostore.store import Store
+from memostore.odb.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,8 +45,8 @@ class State:
         return self._store
 
     def resolve(self, rev: str) -> str:
-        """The evaluation id *rev* names (see :mod:`memostore.revisions`)."""
-        from memostore.revisions import resolve_revision
+        """The evaluation id *rev* names (see :mod:`memostore.inspect.revisions`)."""
+        from memostore.inspect.revisions import resolve_revision
 
         return resolve_revision(self.store, rev)
 

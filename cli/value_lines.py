@@ -19,7 +19,7 @@ _LEAD = 20
 
 def value_change_lines(name: str, change: dict[str, Any]) -> list[Parts]:
     """The lines describing how one named value (an argument, an effect) changed."""
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     head = (f"  {name}: ", "bold")
     kind = change.get("change")
@@ -48,7 +48,7 @@ def value_change_lines(name: str, change: dict[str, Any]) -> list[Parts]:
 
 def field_parts(entry: dict[str, Any]) -> Parts:
     """One difference: ``a -> b``, ``added x``, ``removed x`` or a tensor's change."""
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     if "tensor" in entry:
         return [(tensor_text(entry["tensor"]), "yellow")]
@@ -65,7 +65,7 @@ def field_parts(entry: dict[str, Any]) -> Parts:
 
 def pair_parts(a: Any, b: Any) -> Parts:
     """``a -> b``, each side cut to :data:`SIDE_WIDTH` around where they first differ."""
-    from memostore.summaries import describe
+    from memostore.values.summaries import describe
 
     left, right = describe(a, 1 << 20), describe(b, 1 << 20)
     left, right = excerpt(left, right)

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)
-from . import numpy_codec as _numpy_codec  # registers the ndarray codec
-from . import paths as _paths  # registers the codec of @memo(files=...) arguments
-from .code_deps import ignore_global
-from .codecs import Codec, register_codec
+from .call.evaluation import Evaluation
+from .call.memoize import memo
+from .call.verbose import set_verbose
+from .code.deps import ignore_global
 from .errors import MemostoreError, MemostoreWarning
-from .evaluation import Evaluation
-from .hashcache import forget as forget_digest
-from .immutable import register_immutable
-from .memoize import memo
-from .snapshot import Snapshot, snapshot
-from .store import Store
+from .odb.store import Store
 from .trust import add_safe_globals
-from .verbose import set_verbose
+from .values import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)
+from .values import numpy_codec as _numpy_codec  # registers the ndarray codec
+from .values import paths as _paths  # registers the codec of @memo(files=...) arguments
+from .values.codecs import Codec, register_codec
+from .values.hashcache import forget as forget_digest
+from .values.immutable import register_immutable
+from .values.snapshot import Snapshot, snapshot
 
 __version__ = "0.1.0"
 

@@ -17,6 +17,10 @@ class MemostoreWarning(UserWarning):
     """Something was not stored or not restored; the computation went on."""
 
 
+class RemoteError(MemostoreError):
+    """A remote could not do what was asked (root of all transport errors)."""
+
+
 class ObjectNotFound(MemostoreError, KeyError):
     """An object id is not in the object database."""
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from memostore import Store
-from memostore.decoding import Decoder
-from memostore.encoding import Encoder, HashSink, StoreSink
+from memostore.values.decoding import Decoder
+from memostore.values.encoding import Encoder, HashSink, StoreSink
 
 
 def digest(value: Any) -> str:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from memostore import index
+from memostore.call.evaluation import eval_ref_name, evaluation_doc
 from memostore.errors import RevisionNotFound
-from memostore.evaluation import eval_ref_name, evaluation_doc
-from memostore.inspection import log_records
-from memostore.objects import Links
-from memostore.refs import ref_part
-from memostore.revisions import AmbiguousRevision, function_matches, resolve_revision
-from memostore.store import Store
+from memostore.inspect.inspection import log_records
+from memostore.inspect.revisions import AmbiguousRevision, function_matches, resolve_revision
+from memostore.odb import index
+from memostore.odb.objects import Links
+from memostore.odb.refs import ref_part
+from memostore.odb.store import Store
 
 
 def record(store: Store, function: str, started: float, **extra: object) -> str:

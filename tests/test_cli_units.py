@@ -18,14 +18,14 @@ from memostore_cli.maintenance_cmds import Duration
 from memostore_cli.output import age, duration, json_safe
 from test_cli_revisions import record
 
-from memostore.codecs import CodecRegistry
 from memostore.errors import ObjectNotFound
-from memostore.inspection import show_record
-from memostore.object_store import DiskObjectStore
-from memostore.objects import KIND_VALUE, Doc, Links
-from memostore.result_diff import tensor_difference
-from memostore.store import Store
-from memostore.summaries import SummaryReader, describe, format_bytes
+from memostore.inspect.inspection import show_record
+from memostore.inspect.result_diff import tensor_difference
+from memostore.odb.object_store import DiskObjectStore
+from memostore.odb.objects import KIND_VALUE, Doc, Links
+from memostore.odb.store import Store
+from memostore.values.codecs import CodecRegistry
+from memostore.values.summaries import SummaryReader, describe, format_bytes
 
 
 def tensor_store(tmp_path: Path) -> tuple[Store, str, str]:
@@ -167,7 +167,7 @@ def test_stored_results_are_compared_from_their_nodes(store_dir: Path) -> None:
     """Results walked in the store: module tensors by name, dict entries by key, no restore."""
     torch = pytest.importorskip("torch")
     from memostore import memo
-    from memostore.comparison import diff_records
+    from memostore.inspect.comparison import diff_records
 
     @memo
     def make(bias: float, extra: bool) -> dict:

@@ -31,7 +31,7 @@ import pytest
 
 from memostore.code import bytecode as code_bytecode
 from memostore.code import source as code_source
-from memostore.code_deps import CodeInfo, Dependency, code_info, ignore_global, is_user_module
+from memostore.code.deps import CodeInfo, Dependency, code_info, ignore_global, is_user_module
 
 REPO = Path(__file__).resolve().parents[1]
 BASIC = Path(__file__).resolve().parent / "code_projects" / "basic"
@@ -333,7 +333,7 @@ def test_ignore_global(make_module) -> None:
     mod = make_module(
         "ignored",
         """
-        from memostore.code_deps import ignore_global
+        from memostore.code.deps import ignore_global
         VERBOSE = 1
         CACHE = {}
         @ignore_global
@@ -784,7 +784,7 @@ def test_source_edited_after_import_is_not_trusted(make_module) -> None:
 
 
 def test_fallback_value_digest_is_canonical() -> None:
-    from memostore.code_deps import _fallback_digest_value as digest
+    from memostore.code.deps import _fallback_digest_value as digest
 
     assert len({digest(v) for v in (1, 1.0, True, "1", b"1", None)}) == 6
     assert digest([1, 2]) != digest((1, 2))

@@ -20,7 +20,7 @@ from conftest import run_script, write_script
 from memostore_cli.main import cli
 
 from memostore import MemostoreWarning
-from memostore.code_deps import code_info
+from memostore.code.deps import code_info
 
 # nanoGPT's GPT.from_pretrained, in the shape that broke the bytecode scan on 3.11:
 # an import inside the body next to ``f(**kw)`` (``LOAD_CONST ()`` + ``CALL_FUNCTION_EX``).

@@ -31,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from memostore import SummaryWriter, ignore_global
-from memostore.code_deps import DataGlobal, code_info, data_globals
+from memostore.code.deps import DataGlobal, code_info, data_globals
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import pytest
 from conftest import run_script, write_script
 from test_cli import run_cli
 
-from memostore.comparison import miss_reason
-from memostore.objects import Doc
-from memostore.store import Store
+from memostore.inspect.comparison import miss_reason
+from memostore.odb.objects import Doc
+from memostore.odb.store import Store
 
 pytest.importorskip("torch")
 
@@ -565,7 +565,7 @@ def test_result_tensors_are_read_from_their_blobs(store_dir: Path) -> None:
     import torch
 
     from memostore import memo
-    from memostore.comparison import diff_records
+    from memostore.inspect.comparison import diff_records
 
     @memo
     def tensors(shift: float) -> tuple:

@@ -134,7 +134,7 @@ def test_a_recently_modified_file_is_rehashed_until_its_timestamps_are_old(
     tmp_path: Path, store_dir: Path
 ) -> None:
     """git's racy rule: a stat taken within the timestamp tick of a write proves nothing."""
-    from memostore.file_digests import RACY_WINDOW_NS
+    from memostore.values.file_digests import RACY_WINDOW_NS
 
     @memo(files=("path",))
     def read(path: Path) -> int:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memostore.encoding import Encoder, HashSink
-from memostore.memoize import call_key
-from memostore.objects import digest_bytes
+from memostore.call.memoize import call_key
+from memostore.odb.objects import digest_bytes
+from memostore.values.encoding import Encoder, HashSink
 
 FORMAT_MD = Path(__file__).resolve().parent.parent / "docs" / "format.md"
 

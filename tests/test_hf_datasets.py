@@ -12,7 +12,7 @@ from conftest import run_script, write_script
 
 datasets = pytest.importorskip("datasets")
 from memostore import memo  # noqa: E402
-from memostore.file_digests import RACY_WINDOW_NS  # noqa: E402
+from memostore.values.file_digests import RACY_WINDOW_NS  # noqa: E402
 
 datasets.disable_progress_bars()
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from memostore import memo, register_immutable
-from memostore.hashcache import digest_cache
-from memostore.hashing import digest_value
+from memostore.values.hashcache import digest_cache
+from memostore.values.hashing import digest_value
 
 
 class Frozen(nn.Module):

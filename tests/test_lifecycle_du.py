@@ -15,7 +15,7 @@ from memostore_cli.main import cli
 from test_cli import run_cli
 
 from memostore.lifecycle.usage import compute_usage, plan_eviction
-from memostore.store import Store
+from memostore.odb.store import Store
 
 LIB = """\
 import numpy as np
@@ -301,7 +301,7 @@ def test_eviction_plan_stops_at_the_target_and_skips_tagged(store: Path) -> None
 
 
 def _human(n: int) -> str:
-    from memostore.summaries import format_bytes
+    from memostore.values.summaries import format_bytes
 
     return format_bytes(n)
 
@@ -332,8 +332,8 @@ def test_links_cache_rewrite_keeps_only_the_entries_asked_for(store: Path) -> No
 
 
 def test_usage_of_an_in_memory_store() -> None:
-    from memostore.evaluation import eval_ref_name, evaluation_doc
-    from memostore.objects import KIND_VALUE, Doc, Links
+    from memostore.call.evaluation import eval_ref_name, evaluation_doc
+    from memostore.odb.objects import KIND_VALUE, Doc, Links
 
     store = Store.in_memory()
     blob = store.objects.add_bytes(b"x" * 1000)

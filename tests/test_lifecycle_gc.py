@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from conftest import run_script
 from memostore_cli.main import cli
 
-from memostore.store import Store
+from memostore.odb.store import Store
 from memostore.transport import open_transport
 
 LIB = """\
@@ -430,7 +430,7 @@ def test_gc_remote_sends_back_what_a_concurrent_push_relied_on(
 
 
 def test_an_evaluation_whose_call_is_being_computed_is_not_evicted(project: Project) -> None:
-    from memostore.leases import lease_path, try_create
+    from memostore.odb.leases import lease_path, try_create
 
     ids = {n: eid for n, (_, eid) in project.run("make", N, N + 1).items()}
     ref = next(n for n, eid in project.refs().items() if eid == ids[N] and n.startswith("evals/"))

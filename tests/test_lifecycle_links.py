@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memostore.lifecycle.maintenance import fsck, gc
 from memostore.lifecycle.usage import compute_usage
-from memostore.maintenance import fsck, gc
-from memostore.objects import KIND_VALUE, Doc, Links
-from memostore.store import Store
+from memostore.odb.objects import KIND_VALUE, Doc, Links
+from memostore.odb.store import Store
 
 
 def _graph(root: Path) -> tuple[Store, dict[str, str]]:

@@ -6,8 +6,8 @@ import os
 import threading
 from pathlib import Path
 
-from memostore.lockfile import LockFile
-from memostore.store import Store
+from memostore.odb.lockfile import LockFile
+from memostore.odb.store import Store
 
 OLD, NEW, OTHER = "a" * 64, "b" * 64, "c" * 64
 

@@ -14,10 +14,10 @@ from conftest import run_script
 from memostore_cli.main import cli
 from test_cli import run_cli
 
-from memostore import index
-from memostore.maintenance import fsck, gc
-from memostore.objects import KIND_VALUE, Doc, Links
-from memostore.store import Store
+from memostore.lifecycle.maintenance import fsck, gc
+from memostore.odb import index
+from memostore.odb.objects import KIND_VALUE, Doc, Links
+from memostore.odb.store import Store
 
 LIB = """\
 import numpy as np

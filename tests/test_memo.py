@@ -441,7 +441,7 @@ def test_argument_binding_matches_python(store_dir: Path) -> None:
 
 def test_registered_immutable_objects_are_hashed_once(store_dir: Path) -> None:
     from memostore import register_immutable
-    from memostore.hashcache import digest_cache
+    from memostore.values.hashcache import digest_cache
 
     @register_immutable
     class Frozen:

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from conftest import run_script, write_script
 
 from memostore import Store
-from memostore.evaluation import Evaluation
+from memostore.call.evaluation import Evaluation
 from memostore.metrics import load_events, load_series, logged_hparams, metrics_summary
 
 LIGHTNING = """

@@ -376,7 +376,7 @@ def test_live_logs_name_tags_as_sealing_does(store_dir: Path, tmp_path: Path) ->
 
 def test_gc_before_recovery_keeps_a_killed_calls_arguments(store_dir: Path, child: Any) -> None:
     from memostore import Store
-    from memostore.maintenance import fsck, gc
+    from memostore.lifecycle.maintenance import fsck, gc
 
     trainer = child("memo", "collected")
     trainer.log(4)

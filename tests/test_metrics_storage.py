@@ -14,7 +14,7 @@ import pytest
 from conftest import run_script, write_script
 
 from memostore import Store, memo
-from memostore.evaluation import Evaluation, failed_ref_name
+from memostore.call.evaluation import Evaluation, failed_ref_name
 from memostore.metrics import (
     SummaryWriter,
     journal_roots,

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_script, write_script
+from memostore.memo import context
 
 import memostore.metrics as metrics
-from memostore import MemostoreWarning, Store, context, memo
-from memostore.evaluation import Evaluation, failed_ref_name
+from memostore import MemostoreWarning, Store, memo
+from memostore.call.evaluation import Evaluation, failed_ref_name
 from memostore.metrics import SummaryWriter, load_events, load_series, metrics_summary
 from memostore.tensorboard import SummaryWriter as TBWriter
 

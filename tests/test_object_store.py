@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from memostore.errors import CorruptObject, ObjectNotFound
-from memostore.object_store import BaseObjectStore, DiskObjectStore, MemoryObjectStore
-from memostore.objects import KIND_TREE, Doc, Links, digest_bytes
+from memostore.odb.object_store import BaseObjectStore, DiskObjectStore, MemoryObjectStore
+from memostore.odb.objects import KIND_TREE, Doc, Links, digest_bytes
 
 
 @pytest.fixture(params=["disk", "memory"])

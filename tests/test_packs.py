@@ -21,14 +21,14 @@ from codec_helpers import flip_byte_at  # noqa: E402
 from conftest import run_script, write_script  # noqa: E402
 
 from memostore import Store, ignore_global, memo  # noqa: E402
-from memostore.decoding import Decoder  # noqa: E402
-from memostore.encoding import Encoder, StoreSink  # noqa: E402
+from memostore.call.evaluation import eval_ref_name  # noqa: E402
 from memostore.errors import CorruptObject  # noqa: E402
-from memostore.evaluation import eval_ref_name  # noqa: E402
-from memostore.maintenance import fsck, gc  # noqa: E402
-from memostore.packs import PACK_BLOB_MAX  # noqa: E402
+from memostore.lifecycle.maintenance import fsck, gc  # noqa: E402
+from memostore.odb.packs import PACK_BLOB_MAX  # noqa: E402
+from memostore.odb.verified import forget_known, hashed_bytes  # noqa: E402
 from memostore.remote import pull, push  # noqa: E402
-from memostore.verified import forget_known, hashed_bytes  # noqa: E402
+from memostore.values.decoding import Decoder  # noqa: E402
+from memostore.values.encoding import Encoder, StoreSink  # noqa: E402
 from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
 
 SCRIPT = """\
@@ -300,7 +300,7 @@ def test_mapped_packed_tensors_are_proven_once_per_pack_stamp(tmp_path: Path) ->
 CRASH = """\
 import os, signal, sys
 import torch
-import memostore.object_store as object_store
+import memostore.odb.object_store as object_store
 from memostore import memo
 
 point = sys.argv[1]
@@ -361,7 +361,7 @@ def test_a_store_killed_while_writing_a_pack_loses_nothing(
 
 
 def test_an_object_in_two_packs_stays_found_when_one_goes(tmp_path: Path) -> None:
-    from memostore.object_store import DiskObjectStore
+    from memostore.odb.object_store import DiskObjectStore
 
     objects = DiskObjectStore(tmp_path / "store")
     shared = b"s" * 5000
@@ -379,7 +379,7 @@ def test_an_object_in_two_packs_stays_found_when_one_goes(tmp_path: Path) -> Non
 
 
 def test_a_pack_listed_in_the_same_clock_tick_is_still_found(tmp_path: Path) -> None:
-    from memostore.object_store import DiskObjectStore
+    from memostore.odb.object_store import DiskObjectStore
 
     reader = DiskObjectStore(tmp_path / "store")
     writer = DiskObjectStore(tmp_path / "store")
@@ -391,7 +391,7 @@ def test_a_pack_listed_in_the_same_clock_tick_is_still_found(tmp_path: Path) -> 
 
 
 def test_gc_merges_many_small_old_packs(tmp_path: Path) -> None:
-    from memostore.maintenance import MERGE_MIN_PACKS
+    from memostore.lifecycle.maintenance import MERGE_MIN_PACKS
 
     store = Store(tmp_path / "store")
     calls = []
@@ -423,7 +423,7 @@ def test_gc_merges_many_small_old_packs(tmp_path: Path) -> None:
 
 
 def test_repacking_into_a_pack_of_the_same_name_keeps_it(tmp_path: Path) -> None:
-    from memostore.object_store import DiskObjectStore
+    from memostore.odb.object_store import DiskObjectStore
 
     objects = DiskObjectStore(tmp_path / "store")
     members = [f"member {n}".encode() * 100 for n in range(3)]
@@ -446,8 +446,8 @@ READER = """\
 import sys, time, warnings
 import torch
 from memostore import Store
-from memostore.decoding import Decoder
-from memostore.verified import forget_known
+from memostore.values.decoding import Decoder
+from memostore.odb.verified import forget_known
 
 store = Store(sys.argv[1])
 doc_id, until = sys.argv[2], time.time() + float(sys.argv[3])
@@ -496,9 +496,9 @@ def test_restores_in_another_process_survive_concurrent_repacks(tmp_path: Path) 
 def test_a_big_value_goes_into_several_packs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memostore.encoding
+    import memostore.values.encoding
 
-    monkeypatch.setattr(memostore.encoding, "PACK_MAX_BYTES", 3 * 64 * 64 * 4)
+    monkeypatch.setattr(memostore.values.encoding, "PACK_MAX_BYTES", 3 * 64 * 64 * 4)
     store = Store(tmp_path / "store")
     value = tensors(10, 64)
     doc_id = Encoder(StoreSink(store.objects)).encode_value(value)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from memostore.errors import RefError
-from memostore.lockfile import LockFile
-from memostore.objects import digest_bytes
-from memostore.refs import (
+from memostore.odb.lockfile import LockFile
+from memostore.odb.objects import digest_bytes
+from memostore.odb.refs import (
     BaseRefContainer,
     DiskRefContainer,
     MemoryRefContainer,

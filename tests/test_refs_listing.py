@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memostore.objects import digest_bytes
-from memostore.refs import DiskRefContainer
+from memostore.odb.objects import digest_bytes
+from memostore.odb.refs import DiskRefContainer
 
 A, B, C, D = (digest_bytes(x) for x in (b"a", b"b", b"c", b"d"))
 

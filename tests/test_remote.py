@@ -16,8 +16,8 @@ from conftest import run_script
 
 from memostore import MemostoreWarning, Store
 from memostore.errors import MalformedObject, MemostoreError
-from memostore.maintenance import fsck
-from memostore.objects import KIND_EVALUATION, KIND_TREE, Doc, Links, digest_bytes
+from memostore.lifecycle.maintenance import fsck
+from memostore.odb.objects import KIND_EVALUATION, KIND_TREE, Doc, Links, digest_bytes
 from memostore.remote import list_remotes, pull, push
 from memostore.remote.walk import TransferPlan, object_name
 from memostore.transport import DirectoryTransport
@@ -25,7 +25,7 @@ from memostore.transport import DirectoryTransport
 # Until memoize.py calls the auto-fetch hook itself, scripts wire it in (inert afterwards).
 FETCH_HOOK = """
 import inspect
-import memostore.memoize as _memo
+import memostore.call.memoize as _memo
 
 if "fetch_on_miss" not in inspect.getsource(_memo):
     _restore = _memo.MemoizedFunction._restore

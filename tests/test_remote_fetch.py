@@ -13,7 +13,7 @@ from s3server import DUMMY_AWS_ENV, free_port
 from test_remote import FETCH_HOOK, Project
 
 from memostore import Store
-from memostore.objects import digest_bytes
+from memostore.odb.objects import digest_bytes
 from memostore.remote import add_remote, fetch_on_miss, pull, push
 from memostore.remote.fetch import reset_state
 from memostore.remote.transfer import LIST_THRESHOLD, RemotePresence

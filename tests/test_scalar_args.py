@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from memostore import scalar_args
-from memostore.encoding import Encoder, HashSink
+from memostore.values import scalar_args
+from memostore.values.encoding import Encoder, HashSink
 
 VALUES: list[Any] = [
     0,

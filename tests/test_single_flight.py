@@ -24,9 +24,9 @@ from conftest import run_script, write_script
 
 from memostore import ignore_global, memo
 from memostore.errors import MemostoreError
-from memostore.maintenance import fsck, gc
-from memostore.refs import ref_part
-from memostore.store import Store
+from memostore.lifecycle.maintenance import fsck, gc
+from memostore.odb.refs import ref_part
+from memostore.odb.store import Store
 
 # The job: `job.py N_BARRIER` waits until N_BARRIER processes are ready, then calls
 # slow(21). SLEEP, FAIL, GATE and WAIT come from the environment, which is not part
@@ -40,16 +40,16 @@ WAIT = {"true": True, "false": False}.get(os.environ.get("WAIT", "true"))
 if WAIT is None:
     WAIT = float(os.environ["WAIT"])
 
-import memostore.leases
-import memostore.lockfile
+import memostore.odb.leases
+import memostore.odb.lockfile
 from memostore import memo
 
 if os.environ.get("HEARTBEAT"):  # this process's leases: heartbeat and expiry, in seconds
-    memostore.leases.HEARTBEAT_S, memostore.leases.EXPIRES_S = map(
+    memostore.odb.leases.HEARTBEAT_S, memostore.odb.leases.EXPIRES_S = map(
         float, os.environ["HEARTBEAT"].split(",")
     )
 if os.environ.get("PRETEND_HOST"):  # judge other leases as a process of another host would
-    memostore.lockfile.HOST = os.environ["PRETEND_HOST"]
+    memostore.odb.lockfile.HOST = os.environ["PRETEND_HOST"]
 
 
 @memo(wait=WAIT)

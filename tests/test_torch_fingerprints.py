@@ -19,9 +19,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memostore import Store  # noqa: E402
-from memostore.decoding import Decoder, _Frame  # noqa: E402
-from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
-from memostore.verified import forget_known, hashed_bytes  # noqa: E402
+from memostore.odb.verified import forget_known, hashed_bytes  # noqa: E402
+from memostore.values.decoding import Decoder, _Frame  # noqa: E402
+from memostore.values.encoding import Encoder, HashSink, StoreSink  # noqa: E402
 from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
 from torch_codecs.fingerprints import NotProvable, snapshot  # noqa: E402
 

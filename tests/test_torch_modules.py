@@ -16,9 +16,9 @@ from codec_helpers import digest, roundtrip  # noqa: E402
 from conftest import run_script, write_script  # noqa: E402
 
 from memostore import Store  # noqa: E402
-from memostore.encoding import Encoder, HashSink  # noqa: E402
-from memostore.hashcache import digest_cache  # noqa: E402
-from memostore.summaries import SummaryReader  # noqa: E402
+from memostore.values.encoding import Encoder, HashSink  # noqa: E402
+from memostore.values.hashcache import digest_cache  # noqa: E402
+from memostore.values.summaries import SummaryReader  # noqa: E402
 from torch_codecs.modules import ModuleCodec  # noqa: E402
 
 

@@ -18,10 +18,10 @@ from codec_helpers import digest, flip_byte_at, roundtrip  # noqa: E402
 from safetensors.torch import load as safetensors_load  # noqa: E402
 
 from memostore import MemostoreWarning, Store, forget_digest, memo  # noqa: E402
-from memostore.decoding import Decoder  # noqa: E402
-from memostore.encoding import Encoder, HashSink, StoreSink  # noqa: E402
 from memostore.errors import CorruptObject  # noqa: E402
-from memostore.hashcache import digest_cache  # noqa: E402
+from memostore.values.decoding import Decoder  # noqa: E402
+from memostore.values.encoding import Encoder, HashSink, StoreSink  # noqa: E402
+from memostore.values.hashcache import digest_cache  # noqa: E402
 from torch_codecs.blobs import MMAP_MIN_BYTES  # noqa: E402
 from torch_codecs.fingerprints import tensor_data_state  # noqa: E402
 from torch_codecs.tensors import TensorCodec  # noqa: E402
@@ -311,7 +311,7 @@ def test_mapped_blobs_with_another_header_or_a_wide_dtype_restore(tmp_path: Path
     import json
     import struct
 
-    from memostore.objects import KIND_VALUE, Doc, Links
+    from memostore.odb.objects import KIND_VALUE, Doc, Links
 
     store = Store(tmp_path / "store")
     # complex128: 16-byte items, whose data may not start at a multiple of 16.

@@ -1,6 +1,6 @@
 """PyTorch values for memostore: tensors, modules, optimizers, schedulers, data and RNGs.
 
-memostore finds this package through the ``memostore.codecs`` entry point
+memostore finds this package through the ``memostore.values.codecs`` entry point
 (``torch = "torch_codecs:register"``) the first time it meets a type it does not
 know, so importing memostore never imports torch. ``docs/torch.md`` describes
 what is stored for each type, and the rules for identity, sharing and caching.

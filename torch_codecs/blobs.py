@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from memostore.errors import CorruptObject, MalformedObject
-from memostore.objects import digest_bytes
-from memostore.packs import Pack, PackLocation
-from memostore.verified import ALL, Stamp, stamp_of
+from memostore.odb.objects import digest_bytes
+from memostore.odb.packs import Pack, PackLocation
+from memostore.odb.verified import ALL, Stamp, stamp_of
 
 from .checks import prove, trusts_nothing
 from .dtypes import BlobLayout, dtype_name, layout_for

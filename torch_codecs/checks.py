@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from memostore.verified import Stamp
+from memostore.odb.verified import Stamp
 
 from .exposure import raw_numpy
 

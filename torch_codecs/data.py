@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from memostore.codecs import Codec
-from memostore.decoding import set_pickle_state
 from memostore.errors import DecodeError, EncodeError
-from memostore.objects import canonical_json, digest_bytes
+from memostore.odb.objects import canonical_json, digest_bytes
+from memostore.values.codecs import Codec
+from memostore.values.decoding import set_pickle_state
 
 from .fingerprints import fingerprint_or_none
 from .summaries import summarize

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from memostore.codecs import Codec
 from memostore.errors import DecodeError
+from memostore.values.codecs import Codec
 
 from .summaries import summarize
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
-from memostore.codecs import Codec
-from memostore.objects import canonical_json, digest_bytes
+from memostore.odb.objects import canonical_json, digest_bytes
+from memostore.values.codecs import Codec
 
 from .summaries import summarize
 

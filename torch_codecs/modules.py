@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from memostore.codecs import Codec
 from memostore.errors import EncodeError
+from memostore.values.codecs import Codec
 
 from .fingerprints import Fingerprint, fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks

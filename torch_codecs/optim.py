@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from memostore.codecs import Codec
+from memostore.values.codecs import Codec
 
 from .fingerprints import fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks

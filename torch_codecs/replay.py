@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from memostore.effects.replay import MISSING, NotReplayable, Planner
-from memostore.hashcache import digest_cache
+from memostore.values.hashcache import digest_cache
 
 from .fingerprints import tensor_data_state
 from .hooks import is_hook_dict

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from memostore.codecs import Codec
 from memostore.effects.rng import GlobalRNG, wrap_resets
+from memostore.values.codecs import Codec
 
 from .exposure import raw_frombuffer, raw_numpy
 from .replay import assign_generator

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
-from memostore.codecs import Codec
+from memostore.values.codecs import Codec
 
 from .replay import assign_scheduler
 from .summaries import summarize

@@ -2,7 +2,7 @@
 
 :func:`summarize` is what every torch codec's ``summarize`` returns, and is
 also meant to be registered as a light summarizer (entry-point group
-``memostore.summaries``), so that ``memostore show`` describes torch values
+``memostore.values.summaries``), so that ``memostore show`` describes torch values
 without importing torch. Only small node fields are read: tensor names,
 shapes, dtypes and byte counts, classes, hyper-parameters.
 """

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from memostore.codecs import Codec
 from memostore.errors import EncodeError, MemostoreWarning
-from memostore.hashcache import digest_cache
+from memostore.values.codecs import Codec
+from memostore.values.hashcache import digest_cache
 
 from .blobs import data_nbytes, read_tensor, tensor_producer
 from .dtypes import dtype_from_name, dtype_name

@@ -16,7 +16,7 @@ import sys
 from types import CodeType, FunctionType
 from typing import Any
 
-from ..objects import hash_parts
+from ..odb.objects import hash_parts
 
 __all__ = [
     "CODE_FALLBACK",

@@ -22,7 +22,7 @@ from types import (
 )
 from typing import Any
 
-from ..objects import hash_parts
+from ..odb.objects import hash_parts
 from .source import qualname_of
 
 __all__ = [

@@ -34,17 +34,17 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .. import hits, single_flight, verbose
+from ..call import hits, single_flight, verbose
+from ..call.evaluation import eval_ref_name
 from ..errors import MemostoreError, ObjectNotFound
-from ..evaluation import eval_ref_name
-from ..objects import canonical_json, digest_bytes
+from ..odb.objects import canonical_json, digest_bytes
 from . import group as groups
 from . import transfer
 from .topology import Topology, known, topology
 
 if TYPE_CHECKING:
-    from ..keys import KeyedCall
-    from ..store import Store
+    from ..call.keys import KeyedCall
+    from ..odb.store import Store
 
 MODES = ("all", "leader", "per_rank")
 # How often rank 0 tells waiting ranks that a leader body still runs: well
@@ -228,7 +228,7 @@ def _plan(
     fn: Any, store: Store, call: KeyedCall, evaluation_id: str, track_rng: bool
 ) -> tuple[int, Any]:
     """This rank's planned hit of *evaluation_id*: (status, hit or None)."""
-    from ..memoize import _remember_restored
+    from ..call.memoize import _remember_restored
 
     try:
         body = store.evaluation(evaluation_id).body

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
     from .group import Group
 
 _PROBE = "rank-probe-"

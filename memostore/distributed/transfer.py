@@ -26,14 +26,14 @@ import json
 import struct
 from typing import TYPE_CHECKING, Any
 
-from .. import index
+from ..call.evaluation import eval_ref_name
+from ..call.hits import rng_ref_name
 from ..errors import CorruptObject, MemostoreError
-from ..evaluation import eval_ref_name
-from ..hits import rng_ref_name
+from ..odb import index
 
 if TYPE_CHECKING:
-    from ..keys import KeyedCall
-    from ..store import Store
+    from ..call.keys import KeyedCall
+    from ..odb.store import Store
     from .group import Group
     from .topology import Topology
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..encoding import Encoder, HashSink
-from ..objects import canonical_json
+from ..odb.objects import canonical_json
+from ..values.encoding import Encoder, HashSink
 from .replay import MISSING, NotReplayable, Planner
 
 __all__ = [

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from ..codecs import CodecRegistry, registry
+from ..values.codecs import CodecRegistry, registry
 
 __all__ = ["MISSING", "NotReplayable", "Planner"]
 

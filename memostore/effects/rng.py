@@ -40,7 +40,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from ..objects import canonical_json, digest_bytes
+from ..odb.objects import canonical_json, digest_bytes
 
 RNG_PREFIX = b"memostore:rng:1\n"
 
@@ -267,7 +267,7 @@ def _load_codec_packages() -> None:
     # torch's generators are registered by torch_codecs, which the codec registry
     # loads lazily: load it now if torch is in use, so its RNG is never missed.
     if "torch" in sys.modules:
-        from ..codecs import registry
+        from ..values.codecs import registry
 
         registry.load_entry_points()
 

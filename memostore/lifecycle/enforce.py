@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LockTimeout, MemostoreError
-from ..lockfile import LockFile
+from ..odb.lockfile import LockFile
 from .trigger import LOG_NAME, LOGS_DIRNAME, NOTICE_NAME, _read_tail
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 _LOCK_BASE = "evict"
 # A live enforcer may hold its lock for as long as eviction takes; on this host a dead
@@ -59,7 +59,7 @@ def enforce(store: Store, *, started_by: int | None = None) -> dict[str, Any] | 
 
     Returns None when another enforcer holds the lock or no limit is set.
     """
-    from ..maintenance import DEFAULT_GRACE_S
+    from .maintenance import DEFAULT_GRACE_S
     from .settings import format_size, get_setting
 
     assert store.root is not None
@@ -125,7 +125,7 @@ def _evict(store: Store, limit: int, grace: float) -> dict[str, Any]:
 
 
 def _human(n: int | None) -> str:
-    from ..summaries import format_bytes
+    from ..values.summaries import format_bytes
 
     return "?" if n is None else format_bytes(n)
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m memostore.lifecycle.enforce --store ROOT``: one enforcement run."""
     import argparse
 
-    from ..store import Store
+    from ..odb.store import Store
 
     parser = argparse.ArgumentParser(prog="python -m memostore.lifecycle.enforce")
     parser.add_argument("--store", required=True, help="the store directory")

@@ -27,14 +27,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..collector import collector_paused
-from ..leases import LEASES_DIRNAME
-from ..maintenance import DEFAULT_GRACE_S, GcReport, Progress, _no_progress, gc
+from ..odb.collector import collector_paused
+from ..odb.leases import LEASES_DIRNAME
 from . import last_use
+from .maintenance import DEFAULT_GRACE_S, GcReport, Progress, _no_progress, gc
 from .usage import EvictionPlanner, StoreUsage, compute_usage, is_tagged
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 # Refs are deleted on this many threads, in batches of this many. The refs of one
 # function share a directory, whose lock serialises them in the kernel: more threads

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import jsonlines
-from ..objects import is_object_id
+from ..odb import jsonlines
+from ..odb.objects import is_object_id
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 USAGE_DIRNAME = "usage"
 LOG_FILENAME = "log"

@@ -41,11 +41,11 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import jsonlines
-from ..refs import ref_part, unescape_ref_part
+from ..odb import jsonlines
+from ..odb.refs import ref_part, unescape_ref_part
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 LINKS_FILENAME = "links"
 INDEX_DIRNAME = "index"

@@ -44,14 +44,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedObject, MemostoreError, ObjectNotFound
-from ..maintenance import DEFAULT_GRACE_S
-from ..objects import KIND_EVALUATION, Doc, is_object_id
+from ..odb.objects import KIND_EVALUATION, Doc, is_object_id
 from ..remote.config import RemoteConfig, get_remote, open_remote
 from ..remote.sync import check_remote_format, list_remote_refs, parse_ref, read_remote_ref
 from ..remote.transfer import CorruptRemoteObject, read_remote_doc
 from ..remote.walk import checked_links, object_name
 from ..transport import NotFoundOnRemote, Transport, UnsafeRemotePath
 from .eviction import EvictionPolicy, EvictionReport, choose, protect
+from .maintenance import DEFAULT_GRACE_S
 from .remote_leases import (
     LeaseSurvey,
     counted,
@@ -62,7 +62,7 @@ from .remote_leases import (
 from .usage import EVALUATION_REF_PREFIXES, EvaluationUsage, StoreUsage
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 DEFAULT_JOBS = 8
 _OBJECTS = "objects/"

@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
-from ..objects import is_object_id
+from ..odb.objects import is_object_id
 from .tags import list_tags
 from .usage import compute_usage
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 # The ref namespaces whose refs name evaluations and that removal deletes (never tags/).
 REMOVABLE_PREFIXES = ("evals/", "failed/", "runs/", "rng/")

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
-from ..lockfile import LockFile
+from ..odb.lockfile import LockFile
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 SECTION = "settings"
 

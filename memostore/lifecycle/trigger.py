@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MemostoreWarning
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 CHECK_INTERVAL_S = 60.0
 LOGS_DIRNAME = "logs"

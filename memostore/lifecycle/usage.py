@@ -30,16 +30,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import index
-from ..collector import collector_paused
 from ..errors import MalformedObject, MemostoreError, ObjectNotFound
-from ..objects import KIND_EVALUATION, is_doc_bytes, is_object_id
+from ..odb import index
+from ..odb.collector import collector_paused
+from ..odb.objects import KIND_EVALUATION, is_doc_bytes, is_object_id
 from . import links_cache
 from .links_cache import EvaluationInfo
 
 if TYPE_CHECKING:
-    from ..packs import Pack
-    from ..store import Store
+    from ..odb.packs import Pack
+    from ..odb.store import Store
 
 # Ref namespaces whose refs name evaluations (tags included: tags.py).
 EVALUATION_REF_PREFIXES = ("evals/", "failed/", "runs/", "rng/", "tags/")

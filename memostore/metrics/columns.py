@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MalformedObject
-from ..objects import canonical_json
+from ..odb.objects import canonical_json
 
 MAGIC = b"memostore-columns:1\n"
 _ZLIB_LEVEL = 6

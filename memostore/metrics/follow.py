@@ -21,7 +21,7 @@ from .read import load_series
 from .running import RunningEvaluation, resolve_running
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 # After its journal is removed, a record is published within moments (an fsync):
 # a follower looks for it this long before saying it ended unrecorded.
@@ -119,8 +119,8 @@ def open_source(store: Store, rev: str, running: list[RunningEvaluation] | None 
         RevisionNotFound: *rev* names nothing.
         MemostoreError: a recorded evaluation that logged no metrics.
     """
-    from ..evaluation import Evaluation
-    from ..revisions import resolve_revision
+    from ..call.evaluation import Evaluation
+    from ..inspect.revisions import resolve_revision
 
     target = resolve_running(store, rev, running)
     if isinstance(target, RunningEvaluation):

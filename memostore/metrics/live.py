@@ -316,8 +316,8 @@ def show_record(run: RunningEvaluation, logs: LiveLogs | None = None) -> dict[st
     metrics logged so far, and null or empty where there is nothing yet
     (result, effects, children).
     """
-    from ..inspection import code_record
-    from ..summaries import summarize_arguments
+    from ..inspect.inspection import code_record
+    from ..values.summaries import summarize_arguments
 
     header = run.header
     record = run.record()

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import context
+from ..call import context
 from . import convert, inputs, media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG, GRAPH_TAG, SCALAR_STYLE
 from .writer_base import _step, _warn_once

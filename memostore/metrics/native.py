@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import context
+from ..call import context
 from . import convert
 from .attach import journal_for
 from .journal import Journal

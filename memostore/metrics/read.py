@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MalformedObject
-from ..objects import KIND_LOGS
+from ..odb.objects import KIND_LOGS
 from .columns import decode_columns
 from .event_kinds import decode_events
 from .seal import from_json_number
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 _BARS = "▁▂▃▄▅▆▇█"
 _SUMMARY_FIELDS = ("first", "last", "min", "max")

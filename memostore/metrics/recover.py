@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreWarning
-from ..lockfile import pid_alive
-from ..objects import Links
+from ..odb.lockfile import pid_alive
+from ..odb.objects import Links
 from . import journal as jr
 from .event_kinds import event_blobs
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 REMOTE_STALE_S = 300.0
 # A temp file older than this belongs to a journal whose creation was cut short.
@@ -166,10 +166,10 @@ def _present(store: Store, object_id: Any) -> str | None:
 
 
 def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: float) -> str:
-    from .. import index
-    from ..evaluation import evaluation_doc, failed_ref_name
-    from ..objects import canonical_json
-    from ..refs import ref_part
+    from ..call.evaluation import evaluation_doc, failed_ref_name
+    from ..odb import index
+    from ..odb.objects import canonical_json
+    from ..odb.refs import ref_part
     from .seal import json_safe, seal
 
     logs_id = None if contents.empty else seal(store.objects, contents)

@@ -30,7 +30,7 @@ from ..errors import MemostoreError, RevisionNotFound
 from .journal import JOURNAL_SUFFIX, read_header
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
     from .live import LiveLogs
 
 _HEX = frozenset("0123456789abcdef")
@@ -90,7 +90,7 @@ class RunningEvaluation:
     @property
     def args(self) -> dict[str, Any]:
         """Arguments by name: scalars as values, anything else as a summary line."""
-        from ..inspection import call_arguments
+        from ..inspect.inspection import call_arguments
 
         return call_arguments({"hparams": self.hparams, "args_summary": self.args_summary})
 
@@ -111,7 +111,7 @@ class RunningEvaluation:
 
     def record(self, now: float | None = None) -> dict[str, Any]:
         """The evaluation as ``memostore log --json`` lists it (status ``running``)."""
-        from ..inspection import iso_time
+        from ..inspect.inspection import iso_time
 
         now = time.time() if now is None else now
         process = self.process
@@ -148,7 +148,7 @@ def running_evaluations(
             gone (they are then ordinary evaluations, not listed here).
     """
     if store is None:
-        from ..store import Store
+        from ..odb.store import Store
 
         store = Store.default(create=False)
     if store.root is None:
@@ -202,7 +202,7 @@ def running_of(
     running = list(running)
     if function is None:
         return running
-    from ..revisions import function_matches
+    from ..inspect.revisions import function_matches
 
     wanted = set(function_matches({r.function for r in running}, function))
     return [r for r in running if r.function in wanted]
@@ -214,8 +214,8 @@ def recorded_evaluation(store: Store, function: str, key: str | None, started: f
     A memoised call is found through its ``evals/`` or ``failed/`` ref, a
     standalone run among its script's runs. None while it is not recorded.
     """
-    from ..evaluation import eval_ref_name, failed_ref_name
-    from ..revisions import listed_evaluations
+    from ..call.evaluation import eval_ref_name, failed_ref_name
+    from ..inspect.revisions import listed_evaluations
 
     if key is None:
         listed, _ = listed_evaluations(store, functions=[function])
@@ -249,13 +249,13 @@ def resolve_running(
     Returns:
         The running evaluation; an evaluation id (``NAME~N`` landing on a
         recorded one); or None when *rev* names no running evaluation (resolve
-        it with :func:`memostore.revisions.resolve_revision`).
+        it with :func:`memostore.inspect.revisions.resolve_revision`).
 
     Raises:
         AmbiguousRevision: *rev* matches several evaluations or functions.
         RevisionNotFound: ``~N`` counts back past the oldest one.
     """
-    from ..revisions import MIN_PREFIX, AmbiguousRevision, resolve_revision
+    from ..inspect.revisions import MIN_PREFIX, AmbiguousRevision, resolve_revision
 
     live = running_evaluations(store) if running is None else running
     if not live:
@@ -292,8 +292,8 @@ def resolve_running(
 def _running_function(
     store: Store, query: str, live: list[RunningEvaluation], rev: str
 ) -> str | None:
-    from .. import index
-    from ..revisions import AmbiguousRevision, function_matches, listed_evaluations
+    from ..inspect.revisions import AmbiguousRevision, function_matches, listed_evaluations
+    from ..odb import index
 
     running = {r.function for r in live}
     recorded = {e["function"] for e in index.load(store).values()} - running
@@ -320,7 +320,7 @@ def _counted_back(
 ) -> RunningEvaluation | str:
     if older == 0 and anchor is not None:
         return anchor
-    from ..revisions import listed_evaluations
+    from ..inspect.revisions import listed_evaluations
 
     items: list[tuple[float, RunningEvaluation | str]] = [
         (r.started, r) for r in live if r.function == function

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..objects import KIND_LOGS, Doc, Links
+from ..odb.objects import KIND_LOGS, Doc, Links
 from .columns import encode_columns
 from .event_kinds import SCALAR_STYLE, TAG_KINDS, event_blobs, event_columns
 from .journal import Contents

@@ -32,7 +32,7 @@ from .read import load_events, load_manifest, load_series
 from .runs import export_plan
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 INSTALL_HINT = "pip install 'memostore[tensorboard]'"
 _FILE_SUFFIX = ".memostore"
@@ -87,7 +87,7 @@ def export_tensorboard(
         MemostoreError: tensorboard is not installed, or an evaluation has no logs.
     """
     p = _protos()
-    from ..evaluation import Evaluation
+    from ..call.evaluation import Evaluation
 
     out: list[Path] = []
     for evaluation_id in evaluation_ids:

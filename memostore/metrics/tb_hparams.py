@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .read import load_manifest, logged_hparams
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 _STATUS = {"ok": "STATUS_SUCCESS", "error": "STATUS_FAILURE", "interrupted": "STATUS_ABORTED"}
 

@@ -21,7 +21,7 @@ from . import media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 DT_STRING = 7  # TensorProto's string dtype
 RUN_METADATA_TAG = "step1"  # the tag torch's add_graph gives the trace's step stats

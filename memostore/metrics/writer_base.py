@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from .. import context
+from ..call import context
 from ..distributed.group import other_rank
 from ..errors import MemostoreWarning
 from . import event_files as written_through

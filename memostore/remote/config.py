@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import MemostoreError
-from ..lockfile import LockFile
+from ..odb.lockfile import LockFile
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
     from ..transport import Transport
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MemostoreWarning, RefError
-from ..refs import check_ref_name
+from ..odb.refs import check_ref_name
 from .config import RemoteConfig, list_remotes, open_remote
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
     from ..transport import Transport
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .. import lockfile
+from ..odb import lockfile
 
 if TYPE_CHECKING:
     from ..transport import Transport

@@ -79,9 +79,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import leases as local_leases
-from .. import lockfile
 from ..errors import MemostoreError
+from ..odb import leases as local_leases
+from ..odb import lockfile
 from .config import RemoteConfig
 
 # fetch's transports and down-marks are shared, so that a remote is opened,
@@ -98,7 +98,7 @@ from .fetch import (
 from .lease_waiters import Marker, delete_markers, list_markers
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
     from ..transport import Transport
 
 # The transports are imported where used: this module is imported on a miss,

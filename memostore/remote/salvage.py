@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from ..errors import MalformedObject, ObjectNotFound
-from ..objects import Doc
+from ..odb.objects import Doc
 from ..transport import NotFoundOnRemote, UnsafeRemotePath
 from .transfer import CorruptRemoteObject
 from .walk import TransferPlan

@@ -27,7 +27,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import index
 from ..errors import (
     MalformedObject,
     MemostoreError,
@@ -35,8 +34,9 @@ from ..errors import (
     ObjectNotFound,
     RefError,
 )
-from ..objects import FORMAT_VERSION, KIND_EVALUATION, Doc, is_object_id
-from ..refs import check_ref_name
+from ..odb import index
+from ..odb.objects import FORMAT_VERSION, KIND_EVALUATION, Doc, is_object_id
+from ..odb.refs import check_ref_name
 from ..transport import (
     DirectoryTransport,
     NotFoundOnRemote,
@@ -62,7 +62,7 @@ from .transfer import (
 from .walk import object_name, plan_transfer
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 DEFAULT_JOBS = 8
 REFS_PREFIX = "refs/"
@@ -132,7 +132,7 @@ def check_remote_format(transport: Transport, *, create: bool) -> None:
     With *create*, an empty remote gets its ``FORMAT`` file, so that a pushed
     directory is a store in its own right (``Store(path)``, ``fsck``).
     """
-    from ..store import FORMAT_LINE
+    from ..odb.store import FORMAT_LINE
 
     try:
         raw = transport.get_bytes("FORMAT")
@@ -222,7 +222,7 @@ def push(
         RemoteError: the remote failed (RemoteUnreachable: it cannot be reached).
         RevisionNotFound: a revision selects nothing.
     """
-    from ..revisions import resolve_revision
+    from ..inspect.revisions import resolve_revision
 
     started = time.perf_counter()
     progress = progress or TransferProgress()

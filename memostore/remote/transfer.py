@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CorruptObject, MalformedObject, ObjectNotFound
-from ..object_store import BaseObjectStore
-from ..objects import Doc, digest_bytes, is_object_id
+from ..odb.object_store import BaseObjectStore
+from ..odb.objects import Doc, digest_bytes, is_object_id
 from ..transport import RemoteError, Transport
 from .walk import TransferPlan, object_name
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import MalformedObject
-from ..objects import Doc, is_object_id
+from ..odb.objects import Doc, is_object_id
 
 # present(ids) -> the subset of ids the destination has.
 Presence = Callable[[list[str]], set[str]]

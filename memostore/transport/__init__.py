@@ -5,6 +5,7 @@ Open one by URL with :func:`open_transport`; see ``docs/remotes.md``.
 
 from __future__ import annotations
 
+from ..odb.beneath import UnsafeRemotePath
 from .base import (
     InvalidRemoteName,
     NotFoundOnRemote,
@@ -13,7 +14,6 @@ from .base import (
     Transport,
     validate_name,
 )
-from .beneath import UnsafeRemotePath
 from .directory import DirectoryTransport
 from .memory import MemoryTransport
 from .s3 import S3Transport

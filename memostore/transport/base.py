@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import MemostoreError
+from ..errors import RemoteError
 
 __all__ = [
     "InvalidRemoteName",
@@ -32,10 +32,6 @@ __all__ = [
     "validate_name",
     "validate_prefix",
 ]
-
-
-class RemoteError(MemostoreError):
-    """A remote could not do what was asked (root of all transport errors)."""
 
 
 class NotFoundOnRemote(RemoteError, KeyError):

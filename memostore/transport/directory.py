@@ -11,7 +11,7 @@ the common cluster file systems keep:
   where ``O_EXCL`` on the final name would expose a partly written file. A
   store's own object files, which never change, are hard-linked directly when
   the remote is on the same file system (no bytes copied);
-- ``set_if_equals`` holds ``NAME.lock`` (see :mod:`memostore.lockfile`) while
+- ``set_if_equals`` holds ``NAME.lock`` (see :mod:`memostore.odb.lockfile`) while
   it reads, compares and replaces (temporary file + rename, as above).
 
 Temporary files start with ``.`` and are skipped by :meth:`list`; a writer
@@ -34,8 +34,17 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import LockTimeout
-from ..filecopy import copy_fd
-from ..lockfile import LockFile
+from ..odb.beneath import (
+    CREATE_FLAGS,
+    check_not_link,
+    open_file,
+    open_parent,
+    open_root,
+    open_subdir,
+    proc_path,
+)
+from ..odb.filecopy import copy_fd
+from ..odb.lockfile import LockFile
 from .base import (
     Listed,
     NotFoundOnRemote,
@@ -48,15 +57,6 @@ from .base import (
     temp_name,
     validate_name,
     validate_prefix,
-)
-from .beneath import (
-    CREATE_FLAGS,
-    check_not_link,
-    open_file,
-    open_parent,
-    open_root,
-    open_subdir,
-    proc_path,
 )
 
 # errno values meaning "the file system is gone", not "this file is wrong".

@@ -34,7 +34,7 @@ from .imports import ImportRefused, import_library_module, import_user_module
 from .registry import ENV_SAFE_GLOBALS, safe_globals
 
 if TYPE_CHECKING:
-    from ..object_store import BaseObjectStore
+    from ..odb.object_store import BaseObjectStore
 
 _LOCALS = "<locals>"
 _warned: set[Any] = set()
@@ -108,7 +108,7 @@ def allow_code(
     if not _is_user_name(module):
         # Codec packages register what their values need as they load: load them
         # before refusing a library name (torch: the first torch value restored).
-        from ..codecs import registry
+        from ..values.codecs import registry
 
         registry.load_entry_points()
         found = _library_object(module, qualname)
@@ -228,7 +228,7 @@ def _is_dotted(name: str) -> bool:
 def _check_digest(symbol: str, obj: Any, digest: str | None) -> None:
     if not digest:
         refuse(symbol, "the stored reference to the user's code carries no digest", "")
-    from ..code_deps import code_info
+    from ..code.deps import code_info
 
     current = code_info(obj).digest
     if current != digest:
@@ -289,7 +289,7 @@ def _ask_registry(module: str, qualname: str) -> tuple[Any] | None:
 
 
 def _is_user_name(module: str) -> bool:
-    from ..code_deps import is_user_module
+    from ..code.deps import is_user_module
 
     return module == "__main__" or is_user_module(module)
 
@@ -304,7 +304,7 @@ def _follow(obj: Any, qualname: str) -> Any:
 
 
 def _names_of(obj: Any) -> tuple[str, str] | None:
-    from ..code_refs import names_of
+    from ..values.code_refs import names_of
 
     try:
         return names_of(obj)

@@ -35,8 +35,8 @@ from .origins import (
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
+    from ..odb.store import Store
     from ..remote.walk import TransferPlan
-    from ..store import Store
     from ..transport import Transport
 
 # (remote URL, journal name) -> its ids: remote journals are written once, never changed.

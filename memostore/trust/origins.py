@@ -45,13 +45,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from ..fsutil import fsync_dir, write_all
-from ..objects import canonical_json, digest_bytes, is_object_id
+from ..odb.fsutil import fsync_dir, write_all
+from ..odb.objects import canonical_json, digest_bytes, is_object_id
 
 if TYPE_CHECKING:
-    from ..object_store import BaseObjectStore
+    from ..odb.object_store import BaseObjectStore
+    from ..odb.store import Store
     from ..remote.config import RemoteConfig
-    from ..store import Store
     from ..transport import Transport
 
 ORIGINS_DIR = "origins"
@@ -434,7 +434,7 @@ def store_of(objects: BaseObjectStore) -> Store | None:
         return ref() if ref is not None else None
     store = _disk_stores.get(root)
     if store is None:
-        from ..store import Store
+        from ..odb.store import Store
 
         try:
             store = Store(root, create=False)

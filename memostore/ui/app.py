@@ -26,7 +26,7 @@ from starlette.routing import Route
 from .queries import BadRequest, Catalog, check_id
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 STATIC = Path(__file__).resolve().parent / "static"
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .. import index, jsonlines
 from ..errors import MemostoreError
-from ..objects import is_object_id
-from ..refs import ref_part
+from ..odb import index, jsonlines
+from ..odb.objects import is_object_id
+from ..odb.refs import ref_part
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 # How many candidates past the page to confirm before giving up on the rest: a
 # store whose newest evaluations were mostly removed answers with a short page.

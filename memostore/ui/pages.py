@@ -1,8 +1,8 @@
 """The data of the dashboard's detail pages: one evaluation, a diff, why a call would miss.
 
 Each function returns what the matching CLI command computes (through the
-same functions of :mod:`memostore.inspection`, :mod:`memostore.comparison`
-and :mod:`memostore.miss_check`), plus what only a browser can show: the
+same functions of :mod:`memostore.inspect.inspection`, :mod:`memostore.inspect.comparison`
+and :mod:`memostore.inspect.miss_check`), plus what only a browser can show: the
 source of each code dependency, logged media, histograms and text. The
 lineage graph is :mod:`.lineage`.
 """
@@ -42,8 +42,8 @@ def _running(catalog: Catalog, run_id: str) -> Any:
 
 def evaluation_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
     """What ``memostore show`` prints, plus each dependency's source and the logged hparams."""
-    from ..comparison import recorded_deps
-    from ..inspection import show_record
+    from ..inspect.comparison import recorded_deps
+    from ..inspect.inspection import show_record
 
     store = catalog.store
     if _is_run(identifier):
@@ -193,7 +193,7 @@ def media_bytes(catalog: Catalog, identifier: str, tag: str, position: int) -> t
 
 def diff_page(catalog: Catalog, a: str, b: str) -> dict[str, Any]:
     """What ``memostore diff A B`` prints, plus both argument lists for an 'all' view."""
-    from ..comparison import diff_records
+    from ..inspect.comparison import diff_records
 
     if _is_run(a) or _is_run(b):
         raise BadRequest("a running evaluation has no record to compare yet")
@@ -210,13 +210,13 @@ def diff_page(catalog: Catalog, a: str, b: str) -> dict[str, Any]:
 
 
 def why_miss_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
-    """Would the same call hit today: :func:`memostore.miss_check.why_miss` on source text.
+    """Would the same call hit today: :func:`memostore.inspect.miss_check.why_miss` on source text.
 
     The dashboard runs no code: a module function is checked against its
     module's source file (found from the recorded working directory, read, not
     imported), as ``memostore diff REV --source FILE`` checks it.
     """
-    from ..miss_check import why_miss
+    from ..inspect.miss_check import why_miss
 
     if _is_run(identifier):
         raise BadRequest("a running evaluation has no record to check yet")

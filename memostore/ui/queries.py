@@ -27,7 +27,7 @@ from .downsample import finite_range, json_floats, smooth, window_indices
 if TYPE_CHECKING:
     from ..metrics.live import LiveLogs
     from ..metrics.running import RunningEvaluation
-    from ..store import Store
+    from ..odb.store import Store
 
 _EVALUATION_ID = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -85,7 +85,7 @@ def _has_mappings(record: Mapping[str, Any]) -> bool:
 
 def flatten_summary(summary: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """A dict argument's value summary as ``prefix + key`` columns (scalars as values)."""
-    from ..summaries import describe
+    from ..values.summaries import describe
 
     out: dict[str, Any] = {}
     for key, item in summary["items"].items():
@@ -151,7 +151,7 @@ class Catalog:
             list the argument and metric columns.
         """
         from ..errors import RevisionNotFound
-        from ..inspection import log_records
+        from ..inspect.inspection import log_records
 
         running = self.running()
         # One listing at a time: a request arriving while another lists waits
@@ -218,7 +218,7 @@ class Catalog:
 
     def _head(self, limit: int) -> dict[str, Any] | None:
         """The first page from the index, kept while the index file is unchanged."""
-        from ..index import index_path
+        from ..odb.index import index_path
 
         path = index_path(self.store)
         try:
@@ -236,7 +236,7 @@ class Catalog:
             cached = self._head_page
             if signature is not None and cached is not None and cached[0] == signature:
                 return cached[1]
-            from ..inspection import log_record
+            from ..inspect.inspection import log_record
             from .head import newest_from_index
 
             found = newest_from_index(self.store, limit)
@@ -286,7 +286,7 @@ class Catalog:
         evaluation_id = record["id"]
         cached = self._nested.get(evaluation_id)
         if cached is None:
-            from ..summaries import summarize_arguments
+            from ..values.summaries import summarize_arguments
 
             cached = flatten(record.get("args") or {})
             try:
@@ -306,7 +306,7 @@ class Catalog:
             return {}
         cached = self._summaries.get(logs_id)
         if cached is None:
-            from ..inspection import metrics_of
+            from ..inspect.inspection import metrics_of
 
             cached, _ = metrics_of(self.store, logs_id)
             self._summaries[logs_id] = cached

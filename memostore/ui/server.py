@@ -6,7 +6,7 @@ import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..odb.store import Store
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memostore import Store
-from memostore.objects import KIND_EVALUATION, KIND_VALUE, Doc, Links
+from memostore.odb.objects import KIND_EVALUATION, KIND_VALUE, Doc, Links
 
 MEMOSTORE = Path(sys.executable).with_name("memostore")
 

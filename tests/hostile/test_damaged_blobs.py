@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from conftest import run_script, write_script  # noqa: E402
 
 from memostore import Store, memo  # noqa: E402
-from memostore.verified import fine_grained_ctimes, hashed_bytes  # noqa: E402
+from memostore.odb.verified import fine_grained_ctimes, hashed_bytes  # noqa: E402
 
 LAYOUTS = ("loose", "packed")
 
@@ -163,7 +163,7 @@ SCRIPT = """\
 import sys, warnings
 import torch
 from memostore import memo
-from memostore.verified import hashed_bytes
+from memostore.odb.verified import hashed_bytes
 
 
 def reference(layout):

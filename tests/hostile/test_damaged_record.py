@@ -2,7 +2,7 @@
 
 A restore hashes a mapped blob unless the store's record shows its file
 unchanged since it was written, pulled or proven. These tests count the bytes
-hashed (``memostore.verified.hashed_bytes``) rather than time anything: an
+hashed (``memostore.odb.verified.hashed_bytes``) rather than time anything: an
 unchanged store, a pulled one, a pushed one and one whose blobs were reused
 cost no hashing; damage the file system cannot show (a forged record stands in
 for a disk flipping a bit under an unchanged stat) is caught by ``fsck``, whose
@@ -21,10 +21,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memostore import Store, memo  # noqa: E402
-from memostore import verified as record  # noqa: E402
-from memostore.maintenance import fsck  # noqa: E402
+from memostore.lifecycle.maintenance import fsck  # noqa: E402
+from memostore.odb import verified as record  # noqa: E402
+from memostore.odb.verified import fine_grained_ctimes, hashed_bytes, stamp_of  # noqa: E402
 from memostore.remote import pull, push  # noqa: E402
-from memostore.verified import fine_grained_ctimes, hashed_bytes, stamp_of  # noqa: E402
 from torch_codecs import set_check_mode  # noqa: E402
 
 LAYOUTS = ("loose", "packed")

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from memostore import MemostoreWarning, Store
-from memostore.objects import digest_bytes
+from memostore.odb.objects import digest_bytes
 from memostore.remote import add_remote, pull, push
 
 from .labkit import MEMOSTORE, Lab, code, hostile_pickle, lab, plant, warnings_in

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_script, write_script
 
 from memostore import Store
-from memostore.encoding import Encoder, HashSink
+from memostore.values.encoding import Encoder, HashSink
 
 from .fskit import cli, forge_result
 

@@ -11,7 +11,7 @@ from conftest import run_script, write_script
 
 from memostore import Store
 from memostore.errors import RefError
-from memostore.refs import check_ref_name
+from memostore.odb.refs import check_ref_name
 
 from .fskit import cli
 

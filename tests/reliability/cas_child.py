@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from memostore.refs import DiskRefContainer
+from memostore.odb.refs import DiskRefContainer
 
 
 def main() -> None:

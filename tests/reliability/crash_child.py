@@ -96,8 +96,8 @@ passing, die, checkpoint, report = HOOKS.passing, HOOKS.die, HOOKS.checkpoint, H
 
 def _instrument() -> None:
     """Wrap the store's I/O steps so that the child can die inside each of them."""
-    from memostore import object_store, refs, store
-    from memostore.lockfile import LockFile
+    from memostore.odb import object_store, refs, store
+    from memostore.odb.lockfile import LockFile
 
     real_write_all = object_store.write_all
 

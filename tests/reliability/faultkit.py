@@ -2,7 +2,7 @@
 
 Every check here goes through the public surface or the store's own files:
 listings are made by walking the store directory, fsck and gc are those of
-:mod:`memostore.maintenance` (or the ``memostore`` command when it is
+:mod:`memostore.lifecycle.maintenance` (or the ``memostore`` command when it is
 installed), and child processes are real interpreters that may be killed.
 """
 
@@ -23,8 +23,9 @@ from typing import Any
 
 import blake3
 
-from memostore import Store, maintenance
-from memostore.lockfile import LockFile
+from memostore import Store
+from memostore.lifecycle import maintenance
+from memostore.odb.lockfile import LockFile
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -1,7 +1,7 @@
 """A child that runs gc on a store in a loop until told to stop.
 
 Usage: ``gc_child.py PROGRESS STORE GRACE_S STOP_FILE``. Most passes call
-:func:`memostore.maintenance.gc` (many passes a second); every tenth runs the
+:func:`memostore.lifecycle.maintenance.gc` (many passes a second); every tenth runs the
 ``memostore gc`` command instead, when it is installed. Appends
 ``pass DELETED`` to PROGRESS after each pass; any error ends the child with a
 non-zero status.
@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from memostore import Store, maintenance
+from memostore import Store
+from memostore.lifecycle import maintenance
 
 
 def _cli_gc(store: str, grace_s: float) -> int | None:

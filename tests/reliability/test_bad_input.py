@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from memostore import MemostoreError, MemostoreWarning, Store, ignore_global, memo
-from memostore import object_store as object_store_module
+from memostore.odb import object_store as object_store_module
 
 from .faultkit import (
     assert_untouched,

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from memostore.errors import LockTimeout
-from memostore.lockfile import HOST, LockFile
-from memostore.refs import DiskRefContainer
+from memostore.odb.lockfile import HOST, LockFile
+from memostore.odb.refs import DiskRefContainer
 
 from .faultkit import Child, env_int, figure, seeded_rng
 
@@ -64,7 +64,7 @@ def test_holder_killed_by_sigkill_is_broken_at_once(tmp_path: Path) -> None:
     target.parent.mkdir(parents=True)
     script = (
         "import sys, time\n"
-        "from memostore.lockfile import LockFile\n"
+        "from memostore.odb.lockfile import LockFile\n"
         "LockFile(sys.argv[1]).acquire()\n"
         "print('held', flush=True)\n"
         "time.sleep(600)\n"

@@ -2,7 +2,7 @@
 
 import json
 
-from memostore.code_deps import code_info
+from memostore.code.deps import code_info
 
 SCALE = 3
 

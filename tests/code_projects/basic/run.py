@@ -5,7 +5,7 @@ import sys
 
 from pkg import mod_a
 
-from memostore.code_deps import code_info
+from memostore.code.deps import code_info
 
 assert mod_a.f(2) == mod_a.f(2)
 out = {}

@@ -1,0 +1,615 @@
+"""The ``@memo`` decorator: key a call, return the stored result or compute and store it.
+
+Call flow:
+
+1. bind the arguments, apply defaults, drop ``ignore``-d ones, key declared
+   paths by content (``paths.py``); add the data globals the code reads;
+2. key = digest(function symbol, code digest of its dependency closure,
+   digest of the arguments and data globals, ``version``) (``keys.py``);
+3. ``refs/evals/<function>/<key>`` names the evaluation; a hit is prepared
+   without changing anything (its RNG condition, result, argument effects:
+   ``hits.py``), then committed. A missing, corrupt or stale (code changed)
+   result, or one that cannot be replayed here, is a miss;
+4. on a miss, store the arguments, run the body inside an evaluation context
+   (for logging) watching the global RNGs, then store the result, the
+   arguments' post-call states and the RNG record, and publish the ref last,
+   so a crash at any point leaves the previous state intact (``recording.py``);
+5. a failure to store warns (:class:`MemostoreWarning`) and returns the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import threading
+import time
+import types
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from ..effects import rng
+from ..effects.arguments import MISSING, Watched
+from ..errors import (
+    DecodeError,
+    EncodeError,
+    MemostoreError,
+    ObjectNotFound,
+    StaleCode,
+)
+from ..lifecycle import last_use
+from ..odb.store import Store
+from ..trust.errors import UntrustedCode
+from ..values.decoding import Decoder
+from ..values.encoding import Encoder, HashSink
+from ..values.hashcache import digest_cache, lineage_cache
+from . import context, hits, recording, verbose
+from .evaluation import Evaluation, eval_ref_name, scalar_hparams
+from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
+
+if TYPE_CHECKING:
+    from ..distributed import calls as ranks
+    from . import single_flight
+
+
+def _load_call_modules() -> None:
+    """Import single-flight and torch.distributed support with the first ``@memo``.
+
+    About 15 ms that ``import memostore`` alone (every CLI command) need not pay;
+    a decorated function needs both from its first call on, so its decoration
+    imports them (once: later calls find them in ``sys.modules``).
+    """
+    global single_flight, ranks
+    from ..distributed import calls as ranks
+    from . import single_flight
+
+
+__all__ = ["MemoizedFunction", "call_key", "memo"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_stores: dict[Path, Store] = {}
+_stores_lock = threading.Lock()
+
+
+# What a look-up found under a ref it could not read (see _restore_if_moved).
+_DAMAGED_REF = "damaged"
+
+
+def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
+    if isinstance(store, Store):
+        return store
+    from ..odb.store import default_store_path
+
+    path = Path(store).expanduser().absolute() if store is not None else default_store_path()
+    opened = _stores.get(path)
+    if opened is None or not (path / "FORMAT").exists():
+        opened = Store(path)
+        with _stores_lock:
+            _stores[path] = opened
+    return opened
+
+
+def _symbol(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def _warn(message: str) -> None:
+    recording.warn(message, stacklevel=4)
+
+
+_fix = recording.fix
+
+# Hits whose arguments and code were checked in this process (see _heal), at most.
+_HEALED_MAX = 1 << 16
+_RNG_MODES = ("track", "ignore")
+
+
+class MemoizedFunction:
+    """A function whose calls are looked up in, and stored into, a store."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        ignore: Iterable[str] = (),
+        files: Iterable[str] = (),
+        version: str | None = None,
+        store: Store | str | os.PathLike[str] | None = None,
+        rng: str = "track",
+        wait: bool | float = True,
+        distributed: str = "all",
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"@memo needs a function, got {fn!r}")
+        _load_call_modules()
+        functools.update_wrapper(self, fn)
+        self.__wrapped__ = fn
+        self._fn = fn
+        self._signature = inspect.signature(fn)
+        self._binder = FastBinder(self._signature)
+        self._ignore = frozenset(ignore)
+        unknown = self._ignore - set(self._signature.parameters)
+        if unknown:
+            raise MemostoreError(
+                f"@memo(ignore=...) names {sorted(unknown)}, which {fn.__qualname__} "
+                f"does not take; its parameters are {list(self._signature.parameters)}"
+            )
+        if rng not in _RNG_MODES:
+            raise MemostoreError(
+                f"@memo(rng={rng!r}) is not a mode: use rng='track' (the default: a body that "
+                "draws from a global RNG hits only from the same RNG state, and a hit leaves the "
+                "RNG where the body did) or rng='ignore' (RNG states are neither keyed nor set)"
+            )
+        self._track_rng = rng == "track"
+        self._wait = single_flight.check_wait(wait)
+        self._distributed = ranks.check_mode(distributed)
+        self._version = None if version is None else str(version)
+        self.version = self._version
+        self._store = store
+        self.symbol = _symbol(fn)
+        from ..values.paths import PathArguments
+
+        # Declared path parameters keyed by content, and the hint about undeclared ones.
+        parameters = list(self._signature.parameters)
+        self._paths = PathArguments(self.symbol, parameters, files, self._ignore)
+        self._key_tail = key_tail(self.symbol, self._version)
+        self.code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
+        self._code_docs_written: set[tuple[str, str]] = set()
+        self._healed: set[tuple[Any, ...]] = set()
+        self._unkeyable: set[str] = set()  # data globals that cannot be hashed
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<memo {self.symbol}>"
+
+    # -- keys ---------------------------------------------------------------------------
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+        arguments = self._binder.bind_all(args, kwargs)
+        if self._ignore:
+            items = [(k, v) for k, v in arguments.items() if k not in self._ignore]
+        else:
+            items = list(arguments.items())
+        return self._paths.apply(items)
+
+    def _code(self) -> Any:
+        from ..code.deps import code_info
+
+        return code_info(self._fn)
+
+    def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> KeyedCall:
+        arguments = self._bind(args, kwargs)
+        code = self._code()
+        watched = _watched(arguments, code, self._unkeyable)
+        sink = HashSink()
+        encoder = Encoder(sink)
+        try:
+            args_id = encoder.encode_mapping(watched.items)
+        except EncodeError:
+            if len(watched.items) == len(arguments) or not self._skip_unkeyable(watched):
+                raise  # an argument itself cannot be keyed: the caller must know
+            return self._prepare(args, kwargs)
+        key = ranks.rank_key(self._distributed, key_with(self._key_tail, code.digest, args_id))
+        return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key)
+
+    def _skip_unkeyable(self, watched: Watched) -> bool:
+        """Leave out of the key the data globals that cannot be encoded; any found?
+
+        A global holding something that cannot be hashed (a context manager, a
+        console) is keyed by its type, as a service object is, and named in one
+        warning: the call goes on, and ``ignore_global`` silences it.
+        """
+        found = False
+        for name, value in watched.items:
+            if name not in watched.globals or name in self._unkeyable:
+                continue
+            try:
+                Encoder(HashSink()).encode_value(value)
+            except EncodeError as exc:
+                self._unkeyable.add(name)
+                found = True
+                _warn(
+                    f"{self.symbol} reads the global {name}, a {type(value).__qualname__} "
+                    f"that cannot be hashed ({exc}); it is keyed by its type only, and changes "
+                    f"to it are not replayed by hits. Pass it as an argument listed in "
+                    f"ignore=, or mark it with memostore.ignore_global, to silence this"
+                )
+        return found
+
+    def key(self, *args: Any, **kwargs: Any) -> str:
+        """The hex call key of these arguments (the body does not run)."""
+        return self._prepare(args, kwargs).key
+
+    def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
+        """The stored evaluation for these arguments, or None (the body does not run)."""
+        call = self._prepare(args, kwargs)
+        store = _open_store(self._store)
+        evaluation_id = store.refs.read(eval_ref_name(self.symbol, call.key))
+        if evaluation_id is None:
+            return None
+        try:
+            return Evaluation.load(store, evaluation_id)
+        except (ObjectNotFound, MemostoreError):
+            return None
+
+    # -- calls --------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            call = self._prepare(args, kwargs)
+        except EncodeError as exc:
+            raise EncodeError(f"cannot key a call of {self.symbol}: {exc}") from exc
+        try:
+            store = _open_store(self._store)
+        except OSError as exc:
+            _warn(
+                f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
+                "running unstored"
+            )
+            return self._fn(*args, **kwargs)
+        outcome = ranks.run_call(self, store, call, args, kwargs)  # None: not a job's rank
+        if isinstance(outcome, ranks.Computed):
+            return outcome.result
+        ref = eval_ref_name(self.symbol, call.key)
+        seen: list[str | None] = []  # what the lookup found under the ref
+        hit = self._restore(store, ref, call, seen) if outcome is None else outcome
+        flight = None
+        if not isinstance(hit, hits.Hit) and self._wait is not False:
+            # Only after a miss: another caller computing this key is waited for.
+            flight = single_flight.begin(
+                store,
+                ref,
+                self.symbol,
+                call.key,
+                self._wait,
+                lambda: self._restore(store, ref, call),
+                recheck=lambda: self._restore_if_moved(store, ref, call, seen),
+            )
+            if flight.hit is not None:
+                hit = flight.hit
+        if isinstance(hit, hits.Hit):
+            try:
+                result = hit.commit()
+            except Exception as exc:
+                # Planned, so only the unforeseeable fails here (out of memory in a
+                # copy): say plainly that the program may now be half updated.
+                raise MemostoreError(
+                    f"a hit of {self.symbol} failed while putting the stored post-call state "
+                    f"into its arguments ({type(exc).__name__}: {exc}); they may be partly "
+                    "updated: restart from a known state, or call with @memo(...) removed"
+                ) from exc
+            last_use.note_use(store, hit.evaluation_id, hit=True)
+            if verbose.enabled():
+                verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
+            return result
+        with flight or contextlib.nullcontext():
+            # The lease (if held) goes once the evaluation is recorded, result or failure.
+            if verbose.enabled():
+                verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
+            return self._compute(store, call, args, kwargs)
+
+    def _miss_reason(self, store: Store, call: KeyedCall) -> str:
+        try:
+            from ..inspect.comparison import miss_reason
+
+            return miss_reason(
+                store,
+                self.symbol,
+                call.args_id,
+                call.code.digest,
+                call.code_doc,
+                docs=call.sink.docs,
+            )
+        except Exception as exc:  # a reason is a courtesy: never fail the call for it
+            return f"no stored call with this key ({type(exc).__name__})"
+
+    def _prepare_hit(self, store: Store, evaluation_id: str, call: KeyedCall) -> hits.Hit:
+        body = store.evaluation(evaluation_id).body
+        if self._track_rng and body.get("rng"):
+            evaluation_id, body = hits.matching_evaluation(
+                store, evaluation_id, body, self.symbol, call.key
+            )
+        # Heal before the decode: the restore ends by starting the background check
+        # of mapped tensors (torch_codecs), which then shares the machine with
+        # whatever this call still does.
+        return hits.prepare(
+            store,
+            evaluation_id,
+            body,
+            call.watched,
+            self._track_rng,
+            before_decode=lambda b: self._heal(store, call, b),
+            remember=_remember_restored,
+        )
+
+    def _restore(
+        self, store: Store, ref: str, call: KeyedCall, seen: list[str | None] | None = None
+    ) -> hits.Hit | str:
+        """The hit for *call*, fully planned (nothing changed yet), or why it misses.
+
+        The reason is "" when there is no stored call of this key at all. *seen*,
+        if given, receives what the ref named (None: nothing).
+        """
+        try:
+            evaluation_id = store.refs.read(ref)
+        except MemostoreError as exc:
+            if seen is not None:
+                seen.append(_DAMAGED_REF)
+            _warn(f"ignoring damaged ref {ref}: {exc}")
+            return "its ref is damaged"
+        if seen is not None:
+            seen.append(evaluation_id)
+        if evaluation_id is None:
+            # A local miss: a remote configured with auto-fetch may know this call.
+            from ..remote import fetch_on_miss
+
+            evaluation_id = fetch_on_miss(store, ref)
+            if evaluation_id is None:
+                return ""
+        try:
+            try:
+                return self._prepare_hit(store, evaluation_id, call)
+            except ObjectNotFound:
+                # Another process may have replaced the evaluation and gc freed the
+                # old one between our two reads: read the ref again, once.
+                newer = store.refs.read(ref)
+                if newer is None or newer == evaluation_id:
+                    raise
+                return self._prepare_hit(store, newer, call)
+        except hits.NotUsable as exc:
+            if exc.warn:
+                _warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
+            return exc.reason
+        except UntrustedCode as exc:
+            # Before StaleCode, its base: the gate has warned (once) with the fix; the
+            # reason must not blame a code change the user cannot find.
+            fix = f"; {exc.fix}" if exc.fix else ""
+            return f"the stored value is untrusted: it needs {exc.symbol}{fix}"
+        except StaleCode as exc:
+            return f"code a stored value needs has changed ({exc})"
+        except ObjectNotFound as exc:
+            _warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
+            return "the stored result is incomplete"
+        except (DecodeError, MemostoreError, ValueError) as exc:
+            _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
+            return "the stored result cannot be restored"
+
+    def _restore_if_moved(
+        self, store: Store, ref: str, call: KeyedCall, seen: list[str | None]
+    ) -> hits.Hit | str:
+        """:meth:`_restore`, unless the ref still names what the first lookup found.
+
+        The look again once this call holds the lease: only a result another
+        process published meanwhile can answer it, and an evaluation that could
+        not be used a moment ago (damaged, another RNG state) must not be tried,
+        and warned about, twice.
+        """
+        if seen:
+            try:
+                now = store.refs.read(ref)
+            except MemostoreError:
+                now = _DAMAGED_REF
+            if now == seen[0]:
+                return "the stored call is unchanged"
+        return self._restore(store, ref, call)
+
+    def _heal(self, store: Store, call: KeyedCall, body: dict[str, Any]) -> None:
+        """Write back what a hit's evaluation lacks: its arguments' objects or code document.
+
+        A hit reads the result only. When a reader found one of the evaluation's
+        other objects damaged (and moved it to quarantine), or it was deleted,
+        this call holds it in memory and writes it again. Costs a stat per object
+        of the arguments, once per evaluation and process (later hits of it skip the
+        check); never raises (a read-only store serves hits all the same).
+        """
+        checked = (store.root, body.get("args"), body.get("code"))
+        if checked in self._healed:
+            return
+        if len(self._healed) >= _HEALED_MAX:
+            self._healed.clear()
+        self._healed.add(checked)
+        objects = store.objects
+        sink = call.sink
+        try:
+            if not all(map(objects.contains, (*sink.docs, *sink.blobs, *sink.required))):
+                sink.flush(objects)
+            code_id = body.get("code")
+            if code_id and not objects.contains(code_id):
+                doc = call.code_doc
+                if doc.id == code_id:
+                    objects.add_doc(doc)
+        except Exception:
+            return
+
+    def _compute(
+        self,
+        store: Store,
+        call: KeyedCall,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        body: Callable[..., Any] | None = None,
+    ) -> Any:
+        ctx = context.EvalContext(
+            store=store,
+            function=self.symbol,
+            key=call.key,
+            hparams=scalar_hparams(dict(call.arguments)),
+            about=context.call_about(call),
+        )
+        storable = True
+        try:
+            # Roots first: gc keeps everything reachable from them (what is already
+            # present among the arguments included) while they are written.
+            store.mark_pending(ctx.run_id, [call.args_id, call.code_doc.id])
+            call.sink.flush(store.objects)
+            self._write_code_doc(store, call)
+        except Exception as exc:
+            storable = False
+            with contextlib.suppress(OSError):
+                store.clear_pending(ctx.run_id)
+            _warn(
+                f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
+                "running unstored"
+            )
+        rng_frame = rng.begin() if self._track_rng and storable else None
+        token = context.enter(ctx)
+        started = time.time()
+        t0 = time.perf_counter()
+        try:
+            result = (body or self._fn)(*args, **kwargs)
+        except BaseException as exc:
+            context.leave(token)
+            if rng_frame is not None:
+                rng.end(rng_frame)
+            if storable and not isinstance(exc, GeneratorExit):
+                status = "error" if isinstance(exc, Exception) else "interrupted"
+                recording.record_failure(store, call, ctx, exc, status, started, t0)
+                with contextlib.suppress(OSError):
+                    store.clear_pending(ctx.run_id)
+            raise
+        context.leave(token)
+        duration = time.perf_counter() - t0
+        if storable:
+            rng_used = rng.end(rng_frame) if rng_frame is not None else {}
+            recording.store_result(store, call, ctx, result, started, duration, rng_used)
+            if call.stored is not None:
+                _remember_stored(result, call.stored.id)
+            with contextlib.suppress(OSError):
+                store.clear_pending(ctx.run_id)
+        else:
+            ctx.finalize("ok")
+        return result
+
+    def _write_code_doc(self, store: Store, call: KeyedCall) -> None:
+        marker = (str(store.root), call.code.digest)
+        if marker in self._code_docs_written:
+            return
+        store.objects.add_doc(call.code_doc)
+        self._code_docs_written.add(marker)
+
+
+def _watched(arguments: list[tuple[str, Any]], code: Any, skipped: set[str]) -> Watched:
+    """The arguments, then the data globals the code reads (keyed like arguments)."""
+    data_globals = getattr(code, "data_globals", ())
+    if not data_globals:
+        return Watched(arguments)
+    items = list(arguments)
+    where: dict[str, Any] = {}
+    for g in data_globals:
+        if g.symbol in skipped:
+            continue
+        where[g.symbol] = (g.namespace, g.name)
+        value = g.namespace.get(g.name, MISSING)
+        if value is not MISSING:
+            items.append((g.symbol, value))
+    return Watched(items, where)
+
+
+def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
+    """Restored objects enter the caches with the digest from the store: no re-hash."""
+    for obj, doc_id in decoder.restored:
+        codec = decoder.codecs.for_type(type(obj))
+        if codec is not None:
+            fingerprint = codec.fingerprint(obj)
+            if fingerprint is not None:
+                digest_cache.put(obj, fingerprint, doc_id)
+        lineage_cache.put(obj, evaluation_id)
+
+
+def _remember_stored(result: Any, evaluation_id: str) -> None:
+    lineage_cache.put(result, evaluation_id)
+    if isinstance(result, (tuple, list)):
+        for item in result:
+            lineage_cache.put(item, evaluation_id)
+    elif isinstance(result, dict):
+        for item in result.values():
+            lineage_cache.put(item, evaluation_id)
+
+
+@overload
+def memo(fn: F) -> F: ...
+
+
+@overload
+def memo(
+    fn: None = None,
+    *,
+    ignore: Iterable[str] = (),
+    files: Iterable[str] = (),
+    version: str | int | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
+    rng: str = "track",
+    wait: bool | float = True,
+    distributed: str = "all",
+) -> Callable[[F], F]: ...
+
+
+def memo(
+    fn: Callable[..., Any] | None = None,
+    *,
+    ignore: Iterable[str] = (),
+    files: Iterable[str] = (),
+    version: str | int | None = None,
+    store: Store | str | os.PathLike[str] | None = None,
+    rng: str = "track",
+    wait: bool | float = True,
+    distributed: str = "all",
+) -> Any:
+    """Memoise a function in the store.
+
+    Use as ``@memo``, ``@memo()`` or ``@memo(ignore=("writer",), version="2")``.
+
+    Args:
+        fn: the function (when used without parentheses).
+        ignore: parameter names left out of the call key (loggers, devices, ...).
+        files: parameter names keyed by the content of the file or directory tree
+            their argument names (a str, os.PathLike, or a list or tuple of them),
+            not by the name (``docs/concepts.md``, "Files and directories").
+        version: an explicit salt; change it to invalidate every stored result.
+        store: a :class:`Store` or path; default :meth:`Store.default` at call time.
+        rng: ``"track"`` (default): a body that draws from a global RNG (torch's,
+            numpy's, ``random``'s) hits only when that RNG is in the state the
+            stored call started from, and a hit leaves it where the body left it;
+            ``"ignore"``: global RNGs are neither part of the key nor set by a hit.
+        wait: single-flight (``docs/clusters.md``): a miss on a call that another
+            live process (or thread) is computing waits for its result and returns
+            it as a hit. True (default): wait as long as that caller lives; a
+            number: wait at most that many seconds, then compute; False: compute
+            at once, as if no one else were.
+        distributed: inside an initialised torch.distributed job (``docs/clusters.md``):
+            ``"all"`` (default): one hit-or-miss decision for every rank; on a miss
+            every rank runs the body (it may hold collectives) and rank 0 stores the
+            result; ``"leader"``: rank 0 alone runs a miss, the other ranks receive
+            its result; ``"per_rank"``: each rank's call is its own, keyed with its
+            rank and the world size.
+
+    Returns:
+        A callable with the function's name and docstring, ``__wrapped__``,
+        ``.key(*args, **kwargs)`` and ``.lookup(*args, **kwargs)``.
+    """
+    if isinstance(ignore, str):
+        ignore = (ignore,)
+    if isinstance(files, str):
+        files = (files,)
+    version_text = None if version is None else str(version)
+
+    def wrap(f: Callable[..., Any]) -> Any:
+        return MemoizedFunction(
+            f,
+            ignore=ignore,
+            files=files,
+            version=version_text,
+            store=store,
+            rng=rng,
+            wait=wait,
+            distributed=distributed,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

@@ -1,0 +1,231 @@
+"""Recording a miss: the evaluation document, its objects, and the refs that name it.
+
+A miss stores the result and the argument effects from the bytes they hold
+(a verifying encoder: no cached digest is trusted when writing), records which
+global RNGs the body drew from, and publishes the evaluation last, so a crash
+at any earlier point leaves the store as it was (plus unreachable objects).
+A failure to store never breaks the caller's computation: it is one warning.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from ..effects.arguments import alias_paths, changed_names, plan_replay
+from ..effects.replay import NotReplayable, Planner
+from ..errors import EncodeError, MemostoreWarning
+from ..lifecycle import last_use
+from ..lifecycle.trigger import after_store
+from ..odb import index
+from ..odb.objects import Doc
+from ..odb.store import Store
+from ..values.decoding import Decoder
+from ..values.encoding import Encoder, StoreSink
+from . import context
+from .evaluation import error_record, eval_ref_name, evaluation_doc, failed_ref_name, summarize
+from .hits import rng_ref_name
+from .provenance import provenance
+
+if TYPE_CHECKING:
+    from .keys import KeyedCall
+
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def warn(message: str, stacklevel: int = 4) -> None:
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=stacklevel)
+
+
+def fix(exc: BaseException, store: Store | None) -> str:
+    """How to fix a failed write into the store, when its cause says so (else "")."""
+    where = f" at {store.root}" if store is not None and store.root is not None else ""
+    for cause in (exc, exc.__cause__, exc.__context__):
+        code = getattr(cause, "errno", None)
+        if code in _DISK_FULL:
+            return (
+                f"; the disk holding the store{where} is full: free space there (`memostore gc` "
+                "deletes what no evaluation needs) or move the store ($MEMOSTORE_DIR)"
+            )
+        if code in _NOT_WRITABLE:
+            return (
+                f"; the store{where} is not writable: make it writable, or set $MEMOSTORE_DIR "
+                "to a writable directory (stored results are still read from it)"
+            )
+    return ""
+
+
+class NotStorable(Exception):
+    """The call's effects cannot be kept: its result is returned unstored (the message says why)."""
+
+
+def base_fields(call: KeyedCall, ctx: context.EvalContext, started: float) -> dict[str, Any]:
+    fn = call.fn
+    distributions = tuple(
+        d.symbol.split(":", 1)[1] for d in call.code.deps.values() if d.kind == "distribution"
+    )
+    return {
+        "function": fn.symbol,
+        "key": call.key,
+        "code": call.code_doc.id,
+        "code_digest": call.code.digest,
+        "version": fn.version,
+        "args": call.args_id,
+        "hparams": ctx.hparams,
+        "args_summary": {name: summarize(value) for name, value in call.arguments},
+        "started": started,
+        "provenance": provenance(fn.code_file, distributions),
+        "parents": sorted(call.encoder.parents),
+    }
+
+
+def _effects(call: KeyedCall) -> tuple[list[str], list[str]]:
+    """(mutated, rebound) names of the call's arguments and data globals."""
+    try:
+        return changed_names(call.watched, call.args_id, call.args_node)
+    except EncodeError as exc:
+        raise NotStorable(f"an argument cannot be hashed after the call ({exc})") from exc
+
+
+def _check_replayable(
+    store: Store, effects: dict[str, str], rebound: list[str], call: KeyedCall, payloads: Any
+) -> None:
+    """Decode the effects just stored and plan their replay, as a hit will (changes nothing)."""
+    decoder = Decoder(store.objects, payloads)
+    sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}
+    try:
+        plan_replay(Planner(), call.watched, sources, rebound)
+    except NotReplayable as exc:
+        raise NotStorable(f"its effect on {exc}") from exc
+
+
+def store_result(
+    store: Store,
+    call: KeyedCall,
+    ctx: context.EvalContext,
+    result: Any,
+    started: float,
+    duration: float,
+    rng_used: dict[str, tuple[str | None, bytes]],
+) -> None:
+    """Store a miss's result, effects and RNG record, then publish it (warns on failure)."""
+    symbol = call.fn.symbol
+    try:
+        mutated, rebound = _effects(call)
+        # Fields first (provenance may read the user's git repository): from the
+        # first result object written to the ref's publication, only gc's grace
+        # period keeps those objects, so that window stays as short as possible.
+        fields = base_fields(call, ctx, started)
+        sink = StoreSink(store.objects)
+        encoder = Encoder(sink, verify=True)
+        try:
+            result_id = encoder.encode_value(result)
+            try:
+                effects = {
+                    name: encoder.encode_value(call.watched.value_of(name))
+                    for name in (*mutated, *rebound)
+                }
+            except EncodeError as exc:
+                raise NotStorable(
+                    f"the state it left in an argument cannot be stored ({exc})"
+                ) from exc
+        finally:
+            sink.abort()  # a pack left by a failed encoding (none once it succeeded)
+        payloads = dict(sorted({**call.encoder.payloads, **encoder.payloads}.items()))
+        if effects:
+            _check_replayable(store, effects, rebound, call, payloads)
+        fields.update(
+            result=result_id,
+            result_summary=summarize(result),
+            status="ok",
+            error=None,
+            duration_s=duration,
+            payloads=payloads,
+            logs=None,
+        )
+        if effects:
+            fields["effects"] = effects
+        if rebound:
+            fields["rebound"] = sorted(rebound)
+        aliases = alias_paths(result, call.watched.items)
+        if aliases:
+            fields["aliases"] = aliases
+        conditions = {name: before for name, (before, _) in rng_used.items() if before}
+        if rng_used:
+            fields["rng"] = {
+                name: {"after": store.objects.add_bytes(after)}
+                for name, (_, after) in rng_used.items()
+            }
+            for name, before in conditions.items():
+                fields["rng"][name]["before"] = before
+        fields.update(ctx.finalize("ok"))
+        refs = [eval_ref_name(symbol, call.key)]
+        if conditions:
+            refs.insert(0, rng_ref_name(symbol, call.key, conditions))
+        doc = publish(store, fields, ctx, refs)
+    except NotStorable as exc:
+        ctx.finalize("ok")
+        warn(
+            f"the result of {symbol} is not stored: {exc}; it is returned, and the next call "
+            "will run the function again"
+        )
+        return
+    except Exception as exc:
+        warn(
+            f"could not store the result of {symbol} ({type(exc).__name__}: {exc})"
+            f"{fix(exc, store)}; it is returned unstored and the next call will compute it "
+            "again"
+        )
+        return
+    call.stored = doc
+    last_use.note_use(store, doc.id, hit=False)
+    after_store(store)  # a size limit is enforced in the background, at most once a minute
+
+
+def record_failure(
+    store: Store,
+    call: KeyedCall,
+    ctx: context.EvalContext,
+    exc: BaseException,
+    status: str,
+    started: float,
+    t0: float,
+) -> None:
+    try:
+        fields = base_fields(call, ctx, started)
+        fields.update(
+            result=None,
+            result_summary=None,
+            status=status,
+            error=error_record(exc),
+            duration_s=time.perf_counter() - t0,
+            payloads=dict(sorted(call.encoder.payloads.items())),
+            logs=None,
+        )
+        fields.update(ctx.finalize(status))
+        publish(store, fields, ctx, [failed_ref_name(call.fn.symbol, call.key)])
+    except Exception as record_exc:
+        warn(
+            f"could not record the failure of {call.fn.symbol}: {record_exc}"
+            f"{fix(record_exc, store)}"
+        )
+
+
+def publish(
+    store: Store, fields: dict[str, Any], ctx: context.EvalContext, ref_names: list[str]
+) -> Doc:
+    """Write the evaluation record, make everything durable, then point *ref_names* at it.
+
+    The refs are written last: until then nothing names the new objects. The
+    call's own ref comes last of all, so that whoever reads it finds the other.
+    """
+    doc = evaluation_doc(fields, ctx.links)
+    store.objects.add_doc(doc)
+    store.objects.sync()
+    for name in ref_names:
+        store.refs.set(name, doc.id)
+    index.record(store, doc.id, doc.body)
+    return doc

@@ -1,0 +1,17 @@
+"""The object database and refs: where a store's bytes live, and nothing else.
+
+``objects`` defines values that compute their own BLAKE3 id (docs, trees,
+blobs); ``packs`` puts the small blobs of one value in a single file;
+``object_base`` and ``object_store`` are the disk and memory databases that
+write them once and re-check them on read (``verified`` records what a stat
+has proven); ``refs`` are named pointers updated by compare-and-swap under
+``lockfile``; ``store`` joins objects and refs in one directory. Around them:
+the evaluation ``index`` (a cache for listings), local ``leases`` (who is
+computing a call), ``checkouts`` (stored files laid out as plain files),
+``sweep`` of what killed writers leave, ``fsck``, and the file-system helpers
+that never follow a planted link (``inside``, ``beneath``, ``fsutil``,
+``filecopy``, ``jsonlines``).
+
+This wing is the bottom layer: it imports :mod:`memostore.errors` and nothing
+else of memostore.
+"""

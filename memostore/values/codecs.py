@@ -1,0 +1,205 @@
+"""The codec registry: how types outside the core are hashed, stored and restored.
+
+memostore's core knows plain Python values, numpy arrays and anything that
+pickles. Other packages (``torch_codecs`` for PyTorch) teach it more types by
+registering a :class:`Codec`. Packages are found through the ``memostore.values.codecs``
+entry-point group, loaded the first time a type or tag is not known, so
+importing memostore never imports torch.
+
+A codec turns an object into a JSON *node* (a dict) and back. Its node may hold
+other nodes (``enc.node(x)``), references to separate value documents
+(``enc.ref(x)``: cacheable, shared between results) and blobs
+(``enc.blob(...)``). The digest of a value is the id of its encoding, so the
+encoding must be canonical: equal values, equal nodes, in any process.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import MemostoreWarning
+
+if TYPE_CHECKING:
+    from ..effects.replay import Planner
+    from .decoding import Decoder
+    from .encoding import Encoder
+
+ENTRY_POINT_GROUP = "memostore.codecs"
+
+
+class Codec:
+    """Base class for codecs.
+
+    Attributes:
+        tag: the node tag, namespaced with a dot (``"torch.tensor"``); core tags
+            have no dot.
+        types: classes handled, subclasses included (resolved along the MRO).
+        type_names: the same by ``"module.QualName"``, so a codec can register
+            without importing the library that defines the class.
+        standalone: encode values of this codec into their own document, which
+            parents reference by id (large values, cacheable digests).
+    """
+
+    tag: ClassVar[str] = ""
+    types: ClassVar[tuple[type, ...]] = ()
+    type_names: ClassVar[tuple[str, ...]] = ()
+    standalone: ClassVar[bool] = False
+
+    def encode(self, obj: Any, enc: Encoder) -> dict[str, Any]:
+        """Return the node's fields (the encoder adds ``"$": tag``)."""
+        raise NotImplementedError
+
+    def decode(self, node: dict[str, Any], dec: Decoder) -> Any:
+        """Rebuild a fresh object from a node this codec encoded."""
+        raise NotImplementedError
+
+    def fingerprint(self, obj: Any) -> Hashable | None:
+        """A cheap value that changes whenever *obj*'s content may have changed.
+
+        Return None (the default) when no such guarantee exists: the object is
+        then re-hashed each time. The hash cache reuses a digest only while the
+        object is alive and its fingerprint is unchanged.
+        """
+        return None
+
+    def fingerprint_holds(self, obj: Any, fingerprint: Hashable) -> bool:
+        """Whether *fingerprint*, taken of *obj* earlier, still describes it.
+
+        The default takes a new fingerprint and compares. A codec with a cheaper
+        proof (module trees: ``torch_codecs/module_guards.py``) overrides it; it
+        must never answer True for an object whose new fingerprint would differ.
+        """
+        return self.fingerprint(obj) == fingerprint
+
+    def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
+        """A JSON summary for ``memostore show`` (no bulk data read)."""
+        return {"type": self.tag}
+
+    def unchanged(self, target: Any, source: Any) -> bool:
+        """Whether *target* provably encodes as *source* does (so a replay can skip it).
+
+        The default, for standalone codecs: both have a digest in the hash cache
+        that their fingerprints still prove, and the digests are equal. Never
+        True on a guess: False only costs a replay of equal content.
+        """
+        if not self.standalone:
+            return False
+        from .hashcache import digest_cache
+
+        def known(obj: Any) -> str | None:
+            return digest_cache.get_if(obj, lambda old: self.fingerprint_holds(obj, old))
+
+        digest = known(target)
+        return digest is not None and digest == known(source)
+
+    def assign(self, target: Any, source: Any, plan: Planner) -> bool:
+        """Plan making *target* equal to *source* in place (``effects/replay.py``).
+
+        Return False (the default) to let the planner update the object's
+        attributes as pickling sees them; raise ``NotReplayable`` when the
+        target cannot be updated in place.
+        """
+        return False
+
+
+class CodecRegistry:
+    """Codecs by tag and by type; entry points loaded lazily, once."""
+
+    def __init__(self) -> None:
+        self._by_tag: dict[str, Codec] = {}
+        self._by_type: dict[type, Codec] = {}
+        self._by_type_name: dict[str, Codec] = {}
+        self._resolved: dict[type, Codec | None] = {}
+        self._entry_points_loaded = False
+        self._lock = threading.RLock()
+
+    def register(self, codec: Codec) -> None:
+        """Add *codec*; a later registration for the same tag or type wins."""
+        if not codec.tag:
+            raise ValueError("a codec needs a tag")
+        with self._lock:
+            self._by_tag[codec.tag] = codec
+            for t in codec.types:
+                self._by_type[t] = codec
+            for name in codec.type_names:
+                self._by_type_name[name] = codec
+            self._resolved.clear()
+
+    def register_for_type(self, cls: type, codec: Codec) -> None:
+        """Use *codec* for *cls* (and its subclasses) without touching the tag table."""
+        with self._lock:
+            self._by_type[cls] = codec
+            self._resolved.clear()
+
+    def for_type(self, cls: type) -> Codec | None:
+        """The codec for *cls* (nearest along its MRO), or None."""
+        try:
+            return self._resolved[cls]
+        except KeyError:
+            pass
+        codec = self._search(cls)
+        # Codec packages add codecs for their own types, never for builtins; looking
+        # there for a plain dict would import torch on the first hit of any result.
+        if codec is None and cls.__module__ != "builtins" and self._load_entry_points():
+            codec = self._search(cls)
+        self._resolved[cls] = codec
+        return codec
+
+    def for_tag(self, tag: str, load: bool = True) -> Codec | None:
+        """The codec that wrote nodes tagged *tag*; with ``load=False`` only codecs
+        registered so far are considered (no codec package is imported)."""
+        codec = self._by_tag.get(tag)
+        if codec is None and load and self._load_entry_points():
+            codec = self._by_tag.get(tag)
+        return codec
+
+    def _search(self, cls: type) -> Codec | None:
+        for klass in getattr(cls, "__mro__", (cls,)):
+            codec = self._by_type.get(klass)
+            if codec is not None:
+                return codec
+            codec = self._by_type_name.get(f"{klass.__module__}.{klass.__qualname__}")
+            if codec is not None:
+                return codec
+        return None
+
+    def load_entry_points(self) -> None:
+        """Load every registered codec package now, if not done yet (idempotent)."""
+        if not self._entry_points_loaded:
+            self._load_entry_points()
+
+    def _load_entry_points(self) -> bool:
+        """Load every registered codec package once; True if anything new came."""
+        with self._lock:
+            if self._entry_points_loaded:
+                return False
+            self._entry_points_loaded = True
+            from importlib import metadata
+
+            before = len(self._by_tag)
+            for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+                try:
+                    ep.load()(self)
+                except ImportError:
+                    continue  # the package's own dependency (e.g. torch) is missing
+                except Exception as exc:
+                    warnings.warn(
+                        f"memostore: codec package {ep.value} failed to register ({exc}); "
+                        "its types are stored by pickling instead",
+                        MemostoreWarning,
+                        stacklevel=2,
+                    )
+            self._resolved.clear()
+            return len(self._by_tag) != before
+
+
+registry = CodecRegistry()
+
+
+def register_codec(codec: Codec) -> Codec:
+    """Register a codec in the process-wide registry and return it."""
+    registry.register(codec)
+    return codec
