@@ -783,16 +783,6 @@ def test_source_edited_after_import_is_not_trusted(make_module) -> None:
     assert f"{cls_mod.__name__}:C.m" in info.deps  # its method, by bytecode
 
 
-def test_fallback_value_digest_is_canonical() -> None:
-    from memostore.code.deps import _fallback_digest_value as digest
-
-    assert len({digest(v) for v in (1, 1.0, True, "1", b"1", None)}) == 6
-    assert digest([1, 2]) != digest((1, 2))
-    assert digest({"a": 1, "b": 2}) == digest({"b": 2, "a": 1})
-    assert digest({"b", "a", "c"}) == digest({"c", "b", "a"})
-    assert digest({1}) != digest(frozenset({1}))
-
-
 def test_this_module_is_user_code() -> None:
     info = code_info(test_this_module_is_user_code)
     assert info.symbol == f"{__name__}:test_this_module_is_user_code"

@@ -47,7 +47,7 @@ from ..odb.objects import hash_parts
 from .fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
 from .graph import Closure
 from .modules import is_user_module
-from .values import IgnoreRules, is_pure
+from .values import IgnoreRules
 
 __all__ = [
     "CodeInfo",
@@ -345,64 +345,19 @@ def ignore_global(obj_or_name: T) -> T:
 
 # -- value digests ------------------------------------------------------------------------------
 
+# A data global is keyed by the digest of its value, which the values wing
+# computes; code sits below values, so values hands its digest function in
+# (``use_value_digest``) when it is imported, which ``import memostore`` does.
 _digester: Callable[[Any], str] | None = None
 
 
-def _value_digester() -> Callable[[Any], str]:
-    """``memostore.values.hashing.digest_value``, or a private canonical digest when it is absent.
-
-    Only plain data (scalars in builtin containers) is passed in, so the
-    value digest never calls back into ``code_info``.
-    """
+def use_value_digest(digest_value: Callable[[Any], str]) -> None:
+    """Key data globals by *digest_value* (``memostore.values.hashing`` registers it)."""
     global _digester
-    if _digester is not None:
-        return _digester
-    try:
-        from ..values.hashing import digest_value
-    except ModuleNotFoundError as exc:
-        if exc.name != "memostore.values.hashing":
-            raise
-        _digester = _fallback_digest_value
-        return _digester
-    except ImportError:
-        # Partly initialised during a circular import: try again next time.
-        return _fallback_digest_value
     _digester = digest_value
+
+
+def _value_digester() -> Callable[[Any], str]:
+    if _digester is None:
+        raise RuntimeError("memostore.code.deps needs memostore.values.hashing: import memostore")
     return _digester
-
-
-def _fallback_digest_value(value: Any) -> str:
-    if not is_pure(value):
-        raise TypeError(
-            f"cannot digest {type(value).__qualname__} without memostore.values.hashing"
-        )
-    return blake3.blake3(_canonical(value)).hexdigest()
-
-
-def _canonical(value: Any) -> bytes:
-    t = type(value)
-    if value is None:
-        return b"N"
-    if t is bool:
-        return b"T" if value else b"F"
-    if t is int:
-        return b"i%d;" % value
-    if t is float:
-        return b"f" + value.hex().encode() + b";"
-    if t is complex:
-        return b"c" + value.real.hex().encode() + b"," + value.imag.hex().encode() + b";"
-    if t is str:
-        data = value.encode("utf-8", "surrogatepass")
-        return b"s%d:" % len(data) + data
-    if t is bytes:
-        return b"b%d:" % len(value) + value
-    if t is list or t is tuple:
-        items = [_canonical(v) for v in value]
-        return (b"l" if t is list else b"t") + b"%d:" % len(items) + b"".join(items)
-    if t is set or t is frozenset:
-        items = sorted(_canonical(v) for v in value)
-        return (b"S" if t is set else b"R") + b"%d:" % len(items) + b"".join(items)
-    if t is dict:
-        items = sorted(_canonical(k) + _canonical(v) for k, v in value.items())
-        return b"d%d:" % len(items) + b"".join(items)
-    raise TypeError(f"not plain data: {t.__qualname__}")

@@ -17,7 +17,7 @@ shared, and a writer of it must not be able to make a reader run code.
   dependency's source is compared with today's text of the script (the
   recorded script path, read as text only), of a notebook or script given
   with ``--source``, and of the user's modules beside it, by
-  :mod:`memostore.code.source_check`; what cannot be checked without running the
+  :mod:`memostore.inspect.source_check`; what cannot be checked without running the
   code (global values) is listed as such.
 """
 
@@ -29,7 +29,9 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..code.source_check import (
+from ..errors import MemostoreError
+from .comparison import code_changes, recorded_deps
+from .source_check import (
     MAIN,
     TodaySource,
     check_dependencies,
@@ -38,8 +40,6 @@ from ..code.source_check import (
     read_source,
     recorded_script,
 )
-from ..errors import MemostoreError
-from .comparison import code_changes, recorded_deps
 
 if TYPE_CHECKING:
     from ..odb.store import Store

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..code.deps import use_value_digest
 from .encoding import Encoder, HashSink
 
 
 def digest_value(obj: Any) -> str:
     """The 64-hex digest of *obj* (equal values give equal digests, in any process)."""
     return Encoder(HashSink(), lineage=None).encode_value(obj)
+
+
+# Code digests key the data globals a function reads by this digest.
+use_value_digest(digest_value)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .source import SourceFile, normalised_dump, source_file
+from ..code.source import SourceFile, normalised_dump, source_file
 
 MAIN = "__main__"
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -226,7 +226,7 @@ def check_dependencies(
 def _check_one(symbol: str, dep: Mapping[str, Any], files: _Files) -> tuple[str, str]:
     kind = dep.get("kind")
     if kind == "python":
-        from .modules import python_digest
+        from ..code.modules import python_digest
 
         same = python_digest() == dep.get("digest")
         return ("same", "") if same else ("changed", "the Python version changed\n")
@@ -253,7 +253,7 @@ def _check_one(symbol: str, dep: Mapping[str, Any], files: _Files) -> tuple[str,
 def _check_distribution(symbol: str, dep: Mapping[str, Any]) -> tuple[str, str]:
     from importlib import metadata
 
-    from .modules import distribution_pin
+    from ..code.modules import distribution_pin
 
     names = symbol.removeprefix("dist:").split(",")
     try:
@@ -282,7 +282,7 @@ def _check_module(symbol: str, dep: Mapping[str, Any], files: _Files) -> tuple[s
 def _check_definition(
     symbol: str, qualname: str, dep: Mapping[str, Any], parsed: list[SourceFile]
 ) -> tuple[str, str]:
-    from ..inspect.comparison import unified_source_diff
+    from .comparison import unified_source_diff
 
     recorded = dep.get("source")
     if not isinstance(recorded, str):
@@ -339,9 +339,9 @@ def _find_definition(
 def _check_constant(
     symbol: str, name: str, dep: Mapping[str, Any], parsed: list[SourceFile]
 ) -> tuple[str, str]:
-    from ..inspect.comparison import unified_source_diff
+    from ..code.values import render_constant
     from ..values.hashing import digest_value
-    from .values import render_constant
+    from .comparison import unified_source_diff
 
     holders = [sf for sf in parsed if name in _module_bindings(sf.tree)]
     if not holders:
