@@ -36,8 +36,8 @@ def _size(n: int) -> str:
 def _targets(state: State, text: str) -> tuple[str | None, list[str]]:
     """(function, its evaluations) when *text* names a function, else (None, [the one
     evaluation the revision names])."""
-    from memostore.inspect.revisions import MIN_PREFIX, find_function
-    from memostore.lifecycle.tags import resolve_tag
+    from memostore.odb.revisions import MIN_PREFIX, find_function
+    from memostore.odb.tags import resolve_tag
 
     hexlike = len(text) >= MIN_PREFIX and not text.lower().strip("0123456789abcdef")
     if "~" not in text and not hexlike and resolve_tag(state.store, text) is None:
@@ -73,8 +73,8 @@ def du(state: State, target: str | None, top: int, as_json: bool) -> None:
 
 
 def _du(state: State, target: str | None, top: int, as_json: bool) -> None:
-    from memostore.lifecycle.tags import list_tags
     from memostore.lifecycle.usage import compute_usage
+    from memostore.odb.tags import list_tags
 
     out = Output()
     function, ids = _targets(state, target) if target else (None, None)
@@ -337,7 +337,7 @@ def tag(
     A tagged evaluation is kept by gc, never evicted, and refused by
     `memostore rm`; NAME is a revision wherever REV is taken (`memostore show NAME`).
     """
-    from memostore.lifecycle import tags
+    from memostore.odb import tags
 
     out = Output()
     if delete:
@@ -366,8 +366,8 @@ def tag(
 
 
 def _list_tags(out: Output, state: State, as_json: bool) -> None:
-    from memostore.lifecycle.tags import list_tags
     from memostore.odb import index
+    from memostore.odb.tags import list_tags
 
     listed = list_tags(state.store)
     entries, _ = index.lookup(state.store, set(listed.values()))

@@ -174,8 +174,8 @@ def _add_last_use(state: State, records: list[dict[str, Any]]) -> dict[str, floa
     An evaluation with no last-use record (made before it was kept, or whose
     process died before flushing it) was last used when it was created.
     """
-    from memostore.inspect.inspection import iso_time
     from memostore.lifecycle.last_use import load
+    from memostore.odb.index import iso_time
 
     uses = load(state.store)
     times: dict[str, float] = {}

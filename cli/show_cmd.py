@@ -52,8 +52,8 @@ def show(state: State, rev: str, as_json: bool) -> None:
 
 def _add_last_use(state: State, record: dict[str, Any]) -> None:
     """Add ``last_used`` (ISO time) and ``hits``; without a record, its creation and 0."""
-    from memostore.inspect.inspection import iso_time
     from memostore.lifecycle.last_use import load
+    from memostore.odb.index import iso_time
 
     use = load(state.store).get(record["id"])
     record["last_used"] = iso_time(use.last_used if use is not None else record.get("started"))
@@ -62,7 +62,7 @@ def _add_last_use(state: State, record: dict[str, Any]) -> None:
 
 def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
     """The show record of a running evaluation and its metrics reader (None if it ended)."""
-    from memostore.metrics.live import show_record
+    from memostore.inspect.inspection import running_show_record
 
     try:
         logs = run.logs()
@@ -71,7 +71,7 @@ def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
     if logs is not None:
         logs.poll()
         logs.close()
-    return show_record(run, logs), logs
+    return running_show_record(run, logs), logs
 
 
 def print_record(out: Output, record: dict[str, Any], state: State, live: Any = None) -> None:

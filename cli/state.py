@@ -45,8 +45,8 @@ class State:
         return self._store
 
     def resolve(self, rev: str) -> str:
-        """The evaluation id *rev* names (see :mod:`memostore.inspect.revisions`)."""
-        from memostore.inspect.revisions import resolve_revision
+        """The evaluation id *rev* names (see :mod:`memostore.odb.revisions`)."""
+        from memostore.odb.revisions import resolve_revision
 
         return resolve_revision(self.store, rev)
 

@@ -12,10 +12,10 @@ import pytest
 from memostore.call.evaluation import eval_ref_name, evaluation_doc
 from memostore.errors import RevisionNotFound
 from memostore.inspect.inspection import log_records
-from memostore.inspect.revisions import AmbiguousRevision, function_matches, resolve_revision
 from memostore.odb import index
 from memostore.odb.objects import Links
 from memostore.odb.refs import ref_part
+from memostore.odb.revisions import AmbiguousRevision, function_matches, resolve_revision
 from memostore.odb.store import Store
 
 

@@ -121,7 +121,7 @@ def test_max_size_evicts_least_recently_used_first(project: Project) -> None:
 
 
 def test_tagged_evaluation_survives_any_limit(project: Project) -> None:
-    from memostore.lifecycle.tags import set_tag
+    from memostore.odb.tags import set_tag
 
     ids = {n: eid for n, (_, eid) in project.run("make", N, N + 1).items()}
     set_tag(Store(project.store), "keep", ids[N])

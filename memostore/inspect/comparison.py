@@ -290,7 +290,7 @@ def _listing(names: list[str]) -> str:
 
 def _newest_evaluation(store: Store, function: str) -> str | None:
     """The newest successful evaluation of *function*, else its newest failed one."""
-    from .revisions import listed_evaluations
+    from ..odb.revisions import listed_evaluations
 
     listed, _ = listed_evaluations(store, functions=[function])
     for entry in listed:

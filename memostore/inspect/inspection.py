@@ -9,37 +9,22 @@ documents of its arguments and result.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
-from ..lifecycle.tags import tags_naming
 from ..odb import index
+from ..odb.index import call_arguments, iso_time
 from ..odb.objects import KIND_CODE
+from ..odb.revisions import find_function, listed_evaluations
+from ..odb.tags import tags_naming
 from ..values.summaries import summarize_arguments, summarize_value
-from .revisions import find_function, listed_evaluations
 
 if TYPE_CHECKING:
+    from ..metrics.live import LiveLogs
+    from ..metrics.running import RunningEvaluation
     from ..odb.store import Store
 
 METRIC_STATS = ("count", "first", "last", "min", "max")
-
-
-def iso_time(timestamp: Any) -> str | None:
-    """A UNIX time as ISO 8601 in UTC (fixed width, so the strings sort as the times)."""
-    if not isinstance(timestamp, (int, float)):
-        return None
-    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
-    return moment.isoformat(timespec="microseconds")
-
-
-def call_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A call's arguments for listings: scalars as values, anything else as a summary line."""
-    hparams = entry.get("hparams") or {}
-    summary = entry.get("args_summary") or {}
-    return {name: hparams.get(name, text) for name, text in summary.items()} | {
-        name: value for name, value in hparams.items() if name not in summary
-    }
 
 
 def log_record(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -244,3 +229,37 @@ def refs_naming(store: Store, evaluation_id: str, body: Mapping[str, Any]) -> li
         except MemostoreError:
             continue
     return named
+
+
+def running_show_record(run: RunningEvaluation, logs: LiveLogs | None = None) -> dict[str, Any]:
+    """Everything ``memostore show`` displays about a running evaluation.
+
+    The fields of a recorded evaluation's, with status ``running``, the
+    metrics logged so far, and null or empty where there is nothing yet
+    (result, effects, children).
+    """
+    header = run.header
+    record = run.record()
+    args_id = header.get("args") if isinstance(header.get("args"), str) else None
+    if args_id and run.store.objects.contains(args_id):
+        record["args"] = summarize_arguments(run.store.objects, args_id, False)
+    code_id = header.get("code") if isinstance(header.get("code"), str) else None
+    digest = header.get("code_digest") if isinstance(header.get("code_digest"), str) else None
+    record.update(
+        hparams=run.hparams,
+        version=None,
+        code=code_record(run.store, code_id, digest),
+        result_id=None,
+        result=None,
+        result_summary=None,
+        effects={},
+        rebound=[],
+        aliases={},
+        rng={},
+        metrics=(logs.summary() if logs is not None else {}),
+        provenance=run.process,
+        children=[],
+        args_id=args_id,
+        payloads={},
+    )
+    return record

@@ -321,8 +321,8 @@ def _remove(store: Store, evicted: list[Evicted]) -> tuple[int, set[str]]:
     knows every ref naming each evaluation, so the refs are not listed again,
     and the deletions run several at a time.
     """
+    from ..odb.tags import tagged
     from .removal import REMOVABLE_PREFIXES
-    from .tags import tagged
 
     pinned = tagged(store)
     going = [ev for ev in evicted if ev.id not in pinned]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
 from ..odb.objects import is_object_id
-from .tags import list_tags
+from ..odb.tags import list_tags
 from .usage import compute_usage
 
 if TYPE_CHECKING:

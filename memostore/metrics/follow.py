@@ -120,7 +120,7 @@ def open_source(store: Store, rev: str, running: list[RunningEvaluation] | None 
         MemostoreError: a recorded evaluation that logged no metrics.
     """
     from ..call.evaluation import Evaluation
-    from ..inspect.revisions import resolve_revision
+    from ..odb.revisions import resolve_revision
 
     target = resolve_running(store, rev, running)
     if isinstance(target, RunningEvaluation):

@@ -27,7 +27,7 @@ from .event_kinds import TAG_KINDS
 from .journal import Contents, parse_into
 
 if TYPE_CHECKING:
-    from .running import RunningEvaluation
+    pass
 
 # Largest read per poll: a reader that starts on a long journal catches up in steps.
 _READ_MAX = 64 << 20
@@ -309,41 +309,4 @@ class LiveLogs:
         return {"hparams": hparams, "metrics": metrics, "domains": domains}
 
 
-def show_record(run: RunningEvaluation, logs: LiveLogs | None = None) -> dict[str, Any]:
-    """Everything ``memostore show`` displays about a running evaluation.
-
-    The fields of a recorded evaluation's, with status ``running``, the
-    metrics logged so far, and null or empty where there is nothing yet
-    (result, effects, children).
-    """
-    from ..inspect.inspection import code_record
-    from ..values.summaries import summarize_arguments
-
-    header = run.header
-    record = run.record()
-    args_id = header.get("args") if isinstance(header.get("args"), str) else None
-    if args_id and run.store.objects.contains(args_id):
-        record["args"] = summarize_arguments(run.store.objects, args_id, False)
-    code_id = header.get("code") if isinstance(header.get("code"), str) else None
-    digest = header.get("code_digest") if isinstance(header.get("code_digest"), str) else None
-    record.update(
-        hparams=run.hparams,
-        version=None,
-        code=code_record(run.store, code_id, digest),
-        result_id=None,
-        result=None,
-        result_summary=None,
-        effects={},
-        rebound=[],
-        aliases={},
-        rng={},
-        metrics=(logs.summary() if logs is not None else {}),
-        provenance=run.process,
-        children=[],
-        args_id=args_id,
-        payloads={},
-    )
-    return record
-
-
-__all__ = ["LiveLogs", "show_record"]
+__all__ = ["LiveLogs"]

@@ -90,7 +90,7 @@ class RunningEvaluation:
     @property
     def args(self) -> dict[str, Any]:
         """Arguments by name: scalars as values, anything else as a summary line."""
-        from ..inspect.inspection import call_arguments
+        from ..odb.index import call_arguments
 
         return call_arguments({"hparams": self.hparams, "args_summary": self.args_summary})
 
@@ -111,7 +111,7 @@ class RunningEvaluation:
 
     def record(self, now: float | None = None) -> dict[str, Any]:
         """The evaluation as ``memostore log --json`` lists it (status ``running``)."""
-        from ..inspect.inspection import iso_time
+        from ..odb.index import iso_time
 
         now = time.time() if now is None else now
         process = self.process
@@ -202,7 +202,7 @@ def running_of(
     running = list(running)
     if function is None:
         return running
-    from ..inspect.revisions import function_matches
+    from ..odb.revisions import function_matches
 
     wanted = set(function_matches({r.function for r in running}, function))
     return [r for r in running if r.function in wanted]
@@ -215,7 +215,7 @@ def recorded_evaluation(store: Store, function: str, key: str | None, started: f
     standalone run among its script's runs. None while it is not recorded.
     """
     from ..call.evaluation import eval_ref_name, failed_ref_name
-    from ..inspect.revisions import listed_evaluations
+    from ..odb.revisions import listed_evaluations
 
     if key is None:
         listed, _ = listed_evaluations(store, functions=[function])
@@ -249,13 +249,13 @@ def resolve_running(
     Returns:
         The running evaluation; an evaluation id (``NAME~N`` landing on a
         recorded one); or None when *rev* names no running evaluation (resolve
-        it with :func:`memostore.inspect.revisions.resolve_revision`).
+        it with :func:`memostore.odb.revisions.resolve_revision`).
 
     Raises:
         AmbiguousRevision: *rev* matches several evaluations or functions.
         RevisionNotFound: ``~N`` counts back past the oldest one.
     """
-    from ..inspect.revisions import MIN_PREFIX, AmbiguousRevision, resolve_revision
+    from ..odb.revisions import MIN_PREFIX, AmbiguousRevision, resolve_revision
 
     live = running_evaluations(store) if running is None else running
     if not live:
@@ -292,8 +292,8 @@ def resolve_running(
 def _running_function(
     store: Store, query: str, live: list[RunningEvaluation], rev: str
 ) -> str | None:
-    from ..inspect.revisions import AmbiguousRevision, function_matches, listed_evaluations
     from ..odb import index
+    from ..odb.revisions import AmbiguousRevision, function_matches, listed_evaluations
 
     running = {r.function for r in live}
     recorded = {e["function"] for e in index.load(store).values()} - running
@@ -320,7 +320,7 @@ def _counted_back(
 ) -> RunningEvaluation | str:
     if older == 0 and anchor is not None:
         return anchor
-    from ..inspect.revisions import listed_evaluations
+    from ..odb.revisions import listed_evaluations
 
     items: list[tuple[float, RunningEvaluation | str]] = [
         (r.started, r) for r in live if r.function == function

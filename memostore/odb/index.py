@@ -24,6 +24,7 @@ import json
 import os
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,3 +215,23 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "logs": str,
     "error": str,
 }
+
+
+# -- listing fields -------------------------------------------------------------------------
+
+
+def iso_time(timestamp: Any) -> str | None:
+    """A UNIX time as ISO 8601 in UTC (fixed width, so the strings sort as the times)."""
+    if not isinstance(timestamp, (int, float)):
+        return None
+    moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    return moment.isoformat(timespec="microseconds")
+
+
+def call_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments for listings: scalars as values, anything else as a summary line."""
+    hparams = entry.get("hparams") or {}
+    summary = entry.get("args_summary") or {}
+    return {name: hparams.get(name, text) for name, text in summary.items()} | {
+        name: value for name, value in hparams.items() if name not in summary
+    }

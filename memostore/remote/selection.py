@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import RevisionNotFound
-from ..inspect.revisions import MIN_PREFIX, AmbiguousRevision, function_matches
 from ..odb.objects import KIND_EVALUATION, Doc
 from ..odb.refs import ref_part, unescape_ref_part
+from ..odb.revisions import MIN_PREFIX, AmbiguousRevision, function_matches
 
 _HEX = frozenset("0123456789abcdef")
 _HOW = "name an evaluation by its id, a prefix of at least 4 hex digits, or a function name"

@@ -222,7 +222,7 @@ def push(
         RemoteError: the remote failed (RemoteUnreachable: it cannot be reached).
         RevisionNotFound: a revision selects nothing.
     """
-    from ..inspect.revisions import resolve_revision
+    from ..odb.revisions import resolve_revision
 
     started = time.perf_counter()
     progress = progress or TransferProgress()

@@ -47,7 +47,7 @@ def evaluation_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
 
     store = catalog.store
     if _is_run(identifier):
-        from ..metrics.live import show_record as live_record
+        from ..inspect.inspection import running_show_record as live_record
 
         run = _running(catalog, identifier)
         logs = catalog.live_logs(run.run_id)

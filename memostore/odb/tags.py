@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import MemostoreError
 
 if TYPE_CHECKING:
-    from ..odb.store import Store
+    from .store import Store
 
 TAG_PREFIX = "tags/"
 TAG_NAME_MAX = 100

@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RevisionNotFound
-from ..lifecycle.tags import resolve_tag
-from ..odb import index
-from ..odb.objects import DOC_PREFIX, KIND_EVALUATION, is_object_id
-from ..odb.refs import ref_part
+from . import index
+from .objects import DOC_PREFIX, KIND_EVALUATION, is_object_id
+from .refs import ref_part
+from .tags import resolve_tag
 
 if TYPE_CHECKING:
-    from ..odb.store import Store
+    from .store import Store
 
 MIN_PREFIX = 4
 _HEXDIGITS = frozenset("0123456789abcdef")
