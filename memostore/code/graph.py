@@ -34,7 +34,6 @@ from .bindings import Bindings, wrapped_of
 from .fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
 from .modules import (
     PYTHON_SYMBOL,
-    _under_library_root,
     distribution_pin,
     find_module_file,
     is_stdlib_name,
@@ -42,6 +41,7 @@ from .modules import (
     is_user_module_name,
     module_of,
     python_digest,
+    under_library_root,
 )
 from .source import (
     class_source,
@@ -235,7 +235,7 @@ class Closure(Bindings):
             user = is_user_module(module)
         else:
             filename = func.__code__.co_filename
-            user = filename.startswith("<") or not _under_library_root(filename)
+            user = filename.startswith("<") or not under_library_root(filename)
         if not user:
             found = self.external_tree(module_name)
             wrapped = wrapped_of(func)
@@ -476,9 +476,9 @@ class Closure(Bindings):
 
 
 def _is_distribution(module_name: str) -> bool:
-    from .modules import _packages_distributions
+    from .modules import distributions_by_package
 
-    return module_name.partition(".")[0] in _packages_distributions()
+    return module_name.partition(".")[0] in distributions_by_package()
 
 
 def _owner_class(func: FunctionType) -> type | None:

@@ -34,9 +34,9 @@ PYTHON_SYMBOL = "python"
 
 # This tool's own packages are pinned like any installed package, even when
 # they run from a source checkout.
-_TOOL_PACKAGES = frozenset({"memostore", "memostore_cli", "torch_codecs"})
+TOOL_PACKAGES = frozenset({"memostore", "memostore_cli", "torch_codecs"})
 
-_STDLIB_NAMES = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
+STDLIB_NAMES = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
 
 # (module name, file) -> verdict. Modules do not move once imported.
 _verdicts: dict[tuple[str, str | None], bool] = {}
@@ -70,7 +70,7 @@ def _library_roots() -> tuple[Path, ...]:
     return tuple(sorted(roots))
 
 
-def _under_library_root(file: str) -> bool:
+def under_library_root(file: str) -> bool:
     try:
         path = Path(file).resolve()
     except (OSError, RuntimeError):
@@ -117,18 +117,18 @@ def _judge(module: ModuleType, name: str, file: str | None) -> bool:
     if name == "__main__":
         return True
     top = name.partition(".")[0]
-    if top in _TOOL_PACKAGES:
+    if top in TOOL_PACKAGES:
         return False
     if file is not None:
-        return not _under_library_root(file)
+        return not under_library_root(file)
     spec = getattr(module, "__spec__", None)
     origin = getattr(spec, "origin", None)
-    if origin in ("built-in", "frozen") or top in _STDLIB_NAMES:
+    if origin in ("built-in", "frozen") or top in STDLIB_NAMES:
         return False
     # A namespace package has no file but has search locations.
     locations = list(getattr(module, "__path__", None) or ())
     if locations:
-        return not all(_under_library_root(str(loc)) for loc in locations)
+        return not all(under_library_root(str(loc)) for loc in locations)
     return True
 
 
@@ -137,12 +137,12 @@ def is_user_module_name(name: str) -> bool:
     top = name.partition(".")[0]
     if name == "__main__":
         return True
-    if top in _TOOL_PACKAGES or top in _STDLIB_NAMES:
+    if top in TOOL_PACKAGES or top in STDLIB_NAMES:
         return False
     file = find_module_file(name)
     if file is None:
-        return top not in _packages_distributions()
-    return not _under_library_root(file)
+        return top not in distributions_by_package()
+    return not under_library_root(file)
 
 
 def find_module_file(name: str) -> str | None:
@@ -171,7 +171,7 @@ def find_module_file(name: str) -> str | None:
 
 
 @functools.cache
-def _packages_distributions() -> dict[str, tuple[str, ...]]:
+def distributions_by_package() -> dict[str, tuple[str, ...]]:
     import importlib.metadata  # ~20 ms: only when a third-party module is pinned
 
     mapping = importlib.metadata.packages_distributions()
@@ -191,9 +191,9 @@ def _owners(top: str) -> tuple[str, ...]:
     try:
         dist = importlib.metadata.distribution(top)
     except (importlib.metadata.PackageNotFoundError, ValueError):
-        return _packages_distributions().get(top, ())
+        return distributions_by_package().get(top, ())
     name = dist.metadata["Name"]
-    return (name,) if name else _packages_distributions().get(top, ())
+    return (name,) if name else distributions_by_package().get(top, ())
 
 
 @functools.cache
@@ -232,7 +232,7 @@ def python_digest() -> str:
 
 def is_stdlib_name(module_name: str) -> bool:
     """Whether *module_name* belongs to the standard library or the builtins."""
-    return module_name.partition(".")[0] in _STDLIB_NAMES
+    return module_name.partition(".")[0] in STDLIB_NAMES
 
 
 def module_of(obj: Any) -> str | None:

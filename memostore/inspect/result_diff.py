@@ -54,10 +54,10 @@ def is_array_node(node: Any) -> bool:
 def node_dtype(node: Mapping[str, Any]) -> str:
     """The dtype name of a tensor or array node (``float32``), as ``show`` prints it."""
     if node.get("$") == NDARRAY_TAG:
-        from ..values.summaries import _numpy_dtype_name
+        from ..values.summaries import numpy_dtype_name
 
         descr = node.get("descr")
-        return _numpy_dtype_name(descr) if isinstance(descr, str) else str(descr)
+        return numpy_dtype_name(descr) if isinstance(descr, str) else str(descr)
     return str(node.get("dtype"))
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LockTimeout, MemostoreError
 from ..odb.lockfile import LockFile
-from .trigger import LOG_NAME, LOGS_DIRNAME, NOTICE_NAME, _read_tail
+from .trigger import LOG_NAME, LOGS_DIRNAME, NOTICE_NAME, read_tail
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -170,7 +170,7 @@ def read_log(store: Store, since: float = 0.0) -> list[dict[str, Any]]:
     """The records of ``logs/evict.log`` written after *since* (from its last 16 KiB)."""
     if store.root is None:
         return []
-    return _read_tail(store.root / LOGS_DIRNAME / LOG_NAME, since)
+    return read_tail(store.root / LOGS_DIRNAME / LOG_NAME, since)
 
 
 def main(argv: list[str] | None = None) -> int:

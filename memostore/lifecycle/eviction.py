@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..odb.collector import collector_paused
 from ..odb.leases import LEASES_DIRNAME
 from . import last_use
-from .maintenance import DEFAULT_GRACE_S, GcReport, Progress, _no_progress, gc
+from .maintenance import DEFAULT_GRACE_S, GcReport, Progress, gc, no_progress
 from .usage import EvictionPlanner, StoreUsage, compute_usage, is_tagged
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def plan_eviction(
     *,
     grace_s: float = DEFAULT_GRACE_S,
     now: float | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> EvictionReport:
     """Choose the evaluations of the local *store* that *policy* evicts; change nothing."""
     return _plan(store, policy, grace_s=grace_s, now=now, progress=progress)[0]
@@ -248,7 +248,7 @@ def _plan(
     *,
     grace_s: float,
     now: float | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> tuple[EvictionReport, StoreUsage]:
     now = time.time() if now is None else now
     usage = compute_usage(store, progress=progress)
@@ -271,7 +271,7 @@ def evict(
     grace_s: float = DEFAULT_GRACE_S,
     dry_run: bool = False,
     quarantine_age_s: float | None = None,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
 ) -> EvictionReport:
     """Evict what *policy* chooses, then run gc to free the objects; return the report.
 

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MalformedObject, MemostoreError, ObjectNotFound
 from ..odb import index
 from ..odb.checkouts import CHECKOUTS_DIRNAME
-from ..odb.fsck import FsckReport, Problem, Progress, _no_progress, fsck
+from ..odb.fsck import FsckReport, Problem, Progress, fsck, no_progress
 from ..odb.leases import LEASES_DIRNAME, remove_stale_leases
 from ..odb.objects import is_doc_bytes, is_object_id
 from ..odb.packs import PACK_MAX_BYTES, Pack
@@ -233,7 +233,7 @@ def gc(
     grace_s: float = DEFAULT_GRACE_S,
     dry_run: bool = False,
     quarantine_age_s: float = DEFAULT_QUARANTINE_AGE_S,
-    progress: Progress = _no_progress,
+    progress: Progress = no_progress,
     roots: Iterable[str] | None = None,
 ) -> GcReport:
     """Delete objects no ref reaches, stale temp files and old quarantined objects.

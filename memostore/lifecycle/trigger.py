@@ -102,7 +102,7 @@ def spawn(root: Path) -> None:
     _children.append(child)
 
 
-def _read_tail(path: Path, since: float) -> list[dict[str, Any]]:
+def read_tail(path: Path, since: float) -> list[dict[str, Any]]:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -120,6 +120,6 @@ def _read_tail(path: Path, since: float) -> list[dict[str, Any]]:
 
 
 def _warn_evicted(root: Path, since: float) -> None:
-    for record in _read_tail(root / LOGS_DIRNAME / LOG_NAME, since):
+    for record in read_tail(root / LOGS_DIRNAME / LOG_NAME, since):
         if record.get("started_by") == os.getpid() and record.get("message"):
             warnings.warn(f"memostore: {record['message']}", MemostoreWarning, stacklevel=5)

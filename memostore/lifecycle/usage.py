@@ -51,7 +51,7 @@ _REST_RE = re.compile(r"[0-9a-f]{62}")
 Progress = Callable[[str, int, "int | None"], None]
 
 
-def _no_progress(phase: str, done: int, total: int | None) -> None:
+def no_progress(phase: str, done: int, total: int | None) -> None:
     return None
 
 
@@ -202,7 +202,7 @@ class StoreUsage:
         }
 
 
-def compute_usage(store: Store, progress: Progress = _no_progress) -> StoreUsage:
+def compute_usage(store: Store, progress: Progress = no_progress) -> StoreUsage:
     """Account for every byte of *store*: per object, per evaluation, in total.
 
     Reads no object twice across calls (the links cache): on a store whose

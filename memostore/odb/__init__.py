@@ -7,12 +7,12 @@ write them once and re-check them on read (``verified`` records what a stat
 has proven); ``refs`` are named pointers updated by compare-and-swap under
 ``lockfile``; ``store`` joins objects and refs in one directory. Around them:
 the evaluation ``index`` (a cache for listings), ``tags`` (refs that pin
-evaluations) and ``revisions`` (what a user types to name an evaluation:
-an id prefix, a function name, ``NAME~N``, a tag, resolved through the refs
-as ``git rev-parse`` does), local ``leases`` (who is computing a call), ``checkouts`` (stored files laid out as plain files),
-``sweep`` of what killed writers leave, ``fsck``, and the file-system helpers
-that never follow a planted link (``inside``, ``beneath``, ``fsutil``,
-``filecopy``, ``jsonlines``).
+evaluations) and ``revisions`` (what a user types to name an evaluation: an id
+prefix, a function name, ``NAME~N``, a tag, resolved through the refs as ``git
+rev-parse`` does), local ``leases`` (who is computing a call), ``checkouts``
+(stored files laid out as plain files), ``sweep`` of what killed writers
+leave, ``fsck``, and the file-system helpers that never follow a planted link
+(``inside``, ``beneath``, ``fsutil``, ``filecopy``, ``jsonlines``).
 
 This wing is the bottom layer: it imports :mod:`memostore.errors` and nothing
 else of memostore.

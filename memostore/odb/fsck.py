@@ -31,7 +31,7 @@ _DOC_READ_MAX = 64 << 20
 Progress = Callable[[str, int, "int | None"], None]
 
 
-def _no_progress(phase: str, done: int, total: int | None) -> None:
+def no_progress(phase: str, done: int, total: int | None) -> None:
     return None
 
 
@@ -96,7 +96,7 @@ def _raw_bytes(store: Store, object_id: str) -> bytes:
     return store.objects.read_unchecked(object_id)
 
 
-def fsck(store: Store, progress: Progress = _no_progress, rebuild_index: bool = True) -> FsckReport:
+def fsck(store: Store, progress: Progress = no_progress, rebuild_index: bool = True) -> FsckReport:
     """Check every object's digest, every document's links and every ref's target.
 
     fsck changes nothing but the evaluation index, which it rebuilds when it is

@@ -59,7 +59,7 @@ class InvalidRemoteName(RemoteError, ValueError):
     """A name is not a safe relative path inside the remote."""
 
 
-def _is_reserved(part: str) -> bool:
+def is_reserved(part: str) -> bool:
     # Leading dots are taken by temporary files, ".lock" by lock files and their
     # stale asides (``x.lock.stale-...``); a name must never collide with either.
     return part.startswith(".") or part.endswith(".lock") or ".lock." in part
@@ -110,7 +110,7 @@ def _name_problem(name: str) -> str | None:
             return "empty path parts are not allowed"
         if part in (".", ".."):
             return "'.' and '..' are not allowed"
-        if _is_reserved(part):
+        if is_reserved(part):
             return "parts starting with '.' or ending in '.lock' are reserved"
     return None
 

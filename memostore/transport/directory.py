@@ -51,8 +51,8 @@ from .base import (
     RemoteError,
     RemoteUnreachable,
     Transport,
-    _is_reserved,
     as_bytes_or_path,
+    is_reserved,
     local_file,
     temp_name,
     validate_name,
@@ -423,7 +423,7 @@ class DirectoryTransport(Transport):
             finally:
                 os.close(fd)
             for entry_name, is_dir, is_link, is_file in found:
-                if _is_reserved(entry_name) or "\\" in entry_name:
+                if is_reserved(entry_name) or "\\" in entry_name:
                     continue
                 rel = f"{rel_dir}/{entry_name}" if rel_dir else entry_name
                 if is_dir:
@@ -470,7 +470,7 @@ class DirectoryTransport(Transport):
                 finally:
                     os.close(fd)
                 for part in subdirs:
-                    if not _is_reserved(part):
+                    if not is_reserved(part):
                         child = f"{rel}/{part}" if rel else part
                         found.append(child)
                         stack.append(child)

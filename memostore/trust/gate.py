@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..code.modules import _STDLIB_NAMES
+from ..code.modules import STDLIB_NAMES
 from ..errors import DecodeError, MalformedObject, MemostoreWarning, StaleCode
 from .errors import UntrustedCode, UntrustedOrigin
 from .imports import ImportRefused, import_library_module, import_user_module
@@ -171,7 +171,7 @@ def _state_class(module: str, qualname: str) -> Any | None:
     lists one by one): the program uses that library, so its modules may load.
     """
     top = module.partition(".")[0]
-    if top not in sys.modules or top in _STDLIB_NAMES or top in _OUR_PACKAGES:
+    if top not in sys.modules or top in STDLIB_NAMES or top in _OUR_PACKAGES:
         return None
     try:
         mod = sys.modules.get(module) or import_library_module(module)

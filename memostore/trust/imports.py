@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 
-from ..code.modules import _TOOL_PACKAGES, _under_library_root, is_user_module
+from ..code.modules import TOOL_PACKAGES, is_user_module, under_library_root
 
 
 class ImportRefused(Exception):
@@ -58,7 +58,7 @@ def import_user_module(
             raise ImportRefused(f"{name} is not the user's own code")
         return loaded
     parts = name.split(".")
-    if parts[-1] == "__main__" or parts[0] in _TOOL_PACKAGES:
+    if parts[-1] == "__main__" or parts[0] in TOOL_PACKAGES:
         raise ImportRefused(f"{name} is not the user's own code")
     dirs: list[Path] | None = None
     for i in range(1, len(parts) + 1):
@@ -109,7 +109,7 @@ def _check_location(name: str, spec: importlib.machinery.ModuleSpec, dirs: list[
         if not places:
             raise ImportRefused(f"{name} has no file to judge it by")
     for place in places:
-        if _under_library_root(place):
+        if under_library_root(place):
             raise ImportRefused(f"{name} ({place}) is an installed package, not the user's code")
         path = Path(place).resolve()
         for data_dir in dirs:

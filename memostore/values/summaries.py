@@ -367,7 +367,7 @@ def _describe_generic(kind: str, summary: dict[str, Any]) -> str:
     parts: list[str] = []
     dtype = summary.get("dtype")
     if dtype is None and isinstance(summary.get("descr"), str):
-        dtype = _numpy_dtype_name(summary["descr"])
+        dtype = numpy_dtype_name(summary["descr"])
     if dtype is not None:
         parts.append(str(dtype).replace("torch.", ""))
     if "shape" in summary:
@@ -389,7 +389,7 @@ def _describe_generic(kind: str, summary: dict[str, Any]) -> str:
 _DESCR_KINDS = {"f": "float", "i": "int", "u": "uint", "c": "complex"}
 
 
-def _numpy_dtype_name(descr: str) -> str:
+def numpy_dtype_name(descr: str) -> str:
     """``<f4`` -> ``float32`` (numpy's own name) without importing numpy."""
     kind, size = descr[1:2], descr[2:]
     if descr[1:] == "b1":
