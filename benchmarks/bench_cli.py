@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import result
 
-from memostore.call.evaluation import code_doc, eval_ref_name, evaluation_doc
 from memostore.odb.objects import KIND_VALUE, Doc, Links
 from memostore.odb.store import Store
+from memostore.records.evaluation import code_doc, eval_ref_name, evaluation_doc
 
 FUNCTIONS = [f"project.train{i}:fit" for i in range(5)]
 BIG_BLOB = 256 << 20

@@ -308,8 +308,8 @@ def through_s3(root: Path, procs: int, rounds: int, body_s: float) -> None:
 
 def decision_cost(root: Path, calls: int) -> None:
     from memostore import Store
-    from memostore.call.evaluation import eval_ref_name
     from memostore.call.single_flight import begin
+    from memostore.records.evaluation import eval_ref_name
     from memostore.remote import fetch_on_miss
 
     store = Store(root / "store-decision")

@@ -90,10 +90,10 @@ def bench_plot(points: int, repeat: int) -> float:
     from memostore_cli.metrics_cmds import register
 
     from memostore import Store
-    from memostore.call.evaluation import evaluation_doc
     from memostore.metrics.journal import Contents
     from memostore.metrics.seal import seal
     from memostore.odb.objects import Links
+    from memostore.records.evaluation import evaluation_doc
 
     rng = np.random.default_rng(0)
     values = np.exp(-np.arange(points) / (points / 3)) + 0.01 * rng.standard_normal(points)

@@ -41,8 +41,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from memostore import Store, memo  # noqa: E402
-from memostore.call.evaluation import eval_ref_name  # noqa: E402
 from memostore.odb.objects import KIND_EVALUATION, KIND_TREE, Doc, Links  # noqa: E402
+from memostore.records.evaluation import eval_ref_name  # noqa: E402
 from memostore.remote import pull, push  # noqa: E402
 from memostore.transport import DirectoryTransport, S3Transport  # noqa: E402
 

@@ -28,7 +28,7 @@ def register(group: click.Group) -> None:
 
 def _logs_of(state: State, rev: str) -> tuple[str, str, str]:
     """(evaluation id, function, logs id) of a revision; an error if it logged nothing."""
-    from memostore.call.evaluation import Evaluation
+    from memostore.records.evaluation import Evaluation
 
     evaluation_id = state.resolve(rev)
     evaluation = Evaluation.load(state.store, evaluation_id)

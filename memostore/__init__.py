@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .call.evaluation import Evaluation
 from .call.memoize import memo
 from .call.verbose import set_verbose
 from .code.deps import ignore_global
 from .errors import MemostoreError, MemostoreWarning
 from .odb.store import Store
+from .records.evaluation import Evaluation
 from .trust import add_safe_globals
 from .values import hashing as _hashing  # code digests key data globals by value digests
 from .values import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from memostore.call.evaluation import eval_ref_name, evaluation_doc
 from memostore.errors import RevisionNotFound
 from memostore.inspect.inspection import log_records
 from memostore.odb import index
@@ -17,6 +16,7 @@ from memostore.odb.objects import Links
 from memostore.odb.refs import ref_part
 from memostore.odb.revisions import AmbiguousRevision, function_matches, resolve_revision
 from memostore.odb.store import Store
+from memostore.records.evaluation import eval_ref_name, evaluation_doc
 
 
 def record(store: Store, function: str, started: float, **extra: object) -> str:

@@ -332,8 +332,8 @@ def test_links_cache_rewrite_keeps_only_the_entries_asked_for(store: Path) -> No
 
 
 def test_usage_of_an_in_memory_store() -> None:
-    from memostore.call.evaluation import eval_ref_name, evaluation_doc
     from memostore.odb.objects import KIND_VALUE, Doc, Links
+    from memostore.records.evaluation import eval_ref_name, evaluation_doc
 
     store = Store.in_memory()
     blob = store.objects.add_bytes(b"x" * 1000)

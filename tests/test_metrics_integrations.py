@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from conftest import run_script, write_script
 
 from memostore import Store
-from memostore.call.evaluation import Evaluation
 from memostore.metrics import load_events, load_series, logged_hparams, metrics_summary
+from memostore.records.evaluation import Evaluation
 
 LIGHTNING = """
     import json

@@ -269,6 +269,6 @@ def test_input_torchs_writer_refuses_raises_the_same(
     # The refused call stored nothing; the writer goes on.
     store = Store.default()
     (run,) = [e for name, e in store.iter_evaluation_refs() if name.startswith("runs/")]
-    from memostore.call.evaluation import Evaluation
+    from memostore.records.evaluation import Evaluation
 
     assert list(metrics_summary(store, Evaluation.load(store, run).logs_id)) == ["after"]

@@ -14,7 +14,6 @@ import pytest
 from conftest import run_script, write_script
 
 from memostore import Store, memo
-from memostore.call.evaluation import Evaluation, failed_ref_name
 from memostore.metrics import (
     SummaryWriter,
     journal_roots,
@@ -24,6 +23,7 @@ from memostore.metrics import (
 )
 from memostore.metrics.columns import decode_columns, encode_columns
 from memostore.metrics.journal import Journal, parse
+from memostore.records.evaluation import Evaluation, failed_ref_name
 
 SPECIAL = [
     0.0,

@@ -15,13 +15,13 @@ from conftest import run_script, write_script
 from memostore_cli.metrics_cmds import register
 
 from memostore import MemostoreError, Store
-from memostore.call.evaluation import Evaluation, evaluation_doc
 from memostore.metrics import metrics_summary, sparkline
 from memostore.metrics.journal import Contents
 from memostore.metrics.plot import Curve, column_spans, ema_smooth, render
 from memostore.metrics.seal import seal
 from memostore.metrics.tb_export import export_tensorboard
 from memostore.odb.objects import Links
+from memostore.records.evaluation import Evaluation, evaluation_doc
 
 TRAIN = """
 import math, sys

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_script, write_script
-from memostore.memo import context
 
 import memostore.metrics as metrics
 from memostore import MemostoreWarning, Store, memo
-from memostore.call.evaluation import Evaluation, failed_ref_name
 from memostore.metrics import SummaryWriter, load_events, load_series, metrics_summary
+from memostore.records import standalone
+from memostore.records.evaluation import Evaluation, failed_ref_name
 from memostore.tensorboard import SummaryWriter as TBWriter
 
 TRAINING_SCRIPT = """
@@ -189,7 +189,7 @@ def test_logging_outside_memo_records_standalone_runs(store_dir: Path) -> None:
     w.add_scalar("x", 3.0, 0)
     metrics.log({"y": 4.0})
     w.close()
-    script_run = context.finish_run()
+    script_run = standalone.finish_run()
     assert script_run is not None
     store = Store.default()
     runs = {
@@ -204,7 +204,7 @@ def test_logging_outside_memo_records_standalone_runs(store_dir: Path) -> None:
     w.add_scalar("x", 5.0, 1)
     w.close()
     assert len([n for n, _ in store.iter_evaluation_refs() if n.startswith("runs/")]) == 3
-    assert context.finish_run() is None
+    assert standalone.finish_run() is None
 
 
 def test_public_names() -> None:

@@ -21,11 +21,11 @@ from codec_helpers import flip_byte_at  # noqa: E402
 from conftest import run_script, write_script  # noqa: E402
 
 from memostore import Store, ignore_global, memo  # noqa: E402
-from memostore.call.evaluation import eval_ref_name  # noqa: E402
 from memostore.errors import CorruptObject  # noqa: E402
 from memostore.lifecycle.maintenance import fsck, gc  # noqa: E402
 from memostore.odb.packs import PACK_BLOB_MAX  # noqa: E402
 from memostore.odb.verified import forget_known, hashed_bytes  # noqa: E402
+from memostore.records.evaluation import eval_ref_name  # noqa: E402
 from memostore.remote import pull, push  # noqa: E402
 from memostore.values.decoding import Decoder  # noqa: E402
 from memostore.values.encoding import Encoder, StoreSink  # noqa: E402

@@ -131,7 +131,7 @@ class KeyedCall:
     def code_doc(self) -> Doc:
         """The code document of the function (built once: it hashes every source)."""
         if self._code_doc is None:
-            from .evaluation import code_doc
+            from ..records.evaluation import code_doc
 
             self._code_doc = code_doc(self.code)
         return self._code_doc
@@ -140,3 +140,16 @@ class KeyedCall:
     def args_node(self) -> Any:
         """The node of the arguments document, as hashed for the key."""
         return self.sink.docs[self.args_id].body["node"]
+
+
+def call_about(call: KeyedCall) -> dict[str, Any]:
+    """What a running memoised call shows before it is recorded: argument summaries and ids."""
+    from ..records.evaluation import summarize
+
+    about: dict[str, Any] = {"args": call.args_id, "code_digest": call.code.digest}
+    try:
+        about["code"] = call.code_doc.id
+        about["args_summary"] = {name: summarize(value) for name, value in call.arguments}
+    except Exception:
+        pass  # an object whose attributes raise: listed without summaries, never a failed call
+    return about

@@ -40,14 +40,16 @@ from ..errors import (
     StaleCode,
 )
 from ..lifecycle import last_use
+from ..metrics import attach
 from ..odb.store import Store
+from ..records import context
+from ..records.evaluation import Evaluation, eval_ref_name, scalar_hparams
 from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
 from ..values.hashcache import digest_cache, lineage_cache
-from . import context, hits, recording, verbose
-from .evaluation import Evaluation, eval_ref_name, scalar_hparams
-from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
+from . import hits, recording, verbose
+from .keys import FastBinder, KeyedCall, call_about, call_key, key_tail, key_with
 
 if TYPE_CHECKING:
     from ..distributed import calls as ranks
@@ -439,7 +441,7 @@ class MemoizedFunction:
             function=self.symbol,
             key=call.key,
             hparams=scalar_hparams(dict(call.arguments)),
-            about=context.call_about(call),
+            about=call_about(call),
         )
         storable = True
         try:
@@ -458,6 +460,8 @@ class MemoizedFunction:
             )
         rng_frame = rng.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
+        if ctx.store.root is not None:
+            _list_as_running(ctx)
         started = time.time()
         t0 = time.perf_counter()
         try:
@@ -491,6 +495,16 @@ class MemoizedFunction:
             return
         store.objects.add_doc(call.code_doc)
         self._code_docs_written.add(marker)
+
+
+def _list_as_running(ctx: context.EvalContext) -> None:
+    """Open the call's metric journal now, so that other processes list it as running."""
+    try:
+        attach.begin(ctx)
+    except Exception:
+        # A courtesy: the call goes on. If it logs, opening the journal is
+        # tried again and a failure warns there.
+        return
 
 
 def _watched(arguments: list[tuple[str, Any]], code: Any, skipped: set[str]) -> Watched:

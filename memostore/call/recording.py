@@ -22,12 +22,18 @@ from ..lifecycle.trigger import after_store
 from ..odb import index
 from ..odb.objects import Doc
 from ..odb.store import Store
+from ..records import context
+from ..records.evaluation import (
+    error_record,
+    eval_ref_name,
+    evaluation_doc,
+    failed_ref_name,
+    summarize,
+)
+from ..records.provenance import provenance
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
-from . import context
-from .evaluation import error_record, eval_ref_name, evaluation_doc, failed_ref_name, summarize
 from .hits import rng_ref_name
-from .provenance import provenance
 
 if TYPE_CHECKING:
     from .keys import KeyedCall

@@ -35,9 +35,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..call import hits, single_flight, verbose
-from ..call.evaluation import eval_ref_name
 from ..errors import MemostoreError, ObjectNotFound
 from ..odb.objects import canonical_json, digest_bytes
+from ..records.evaluation import eval_ref_name
 from . import group as groups
 from . import transfer
 from .topology import Topology, known, topology

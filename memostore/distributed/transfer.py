@@ -26,10 +26,10 @@ import json
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ..call.evaluation import eval_ref_name
 from ..call.hits import rng_ref_name
 from ..errors import CorruptObject, MemostoreError
 from ..odb import index
+from ..records.evaluation import eval_ref_name
 
 if TYPE_CHECKING:
     from ..call.keys import KeyedCall

@@ -212,8 +212,8 @@ def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> d
 
 def refs_naming(store: Store, evaluation_id: str, body: Mapping[str, Any]) -> list[str]:
     """The refs that name this evaluation, among those its record implies."""
-    from ..call.evaluation import eval_ref_name, failed_ref_name
     from ..odb.refs import ref_part
+    from ..records.evaluation import eval_ref_name, failed_ref_name
 
     function, key = body.get("function"), body.get("key")
     candidates = []

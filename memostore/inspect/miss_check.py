@@ -282,7 +282,7 @@ def _stored_code_changes(
 
 def _ref_verdict(store: Store, body: Mapping[str, Any], key: Any, out: dict[str, Any]) -> str:
     """``hit`` when today's key names a stored result, else ``miss`` (with the reason)."""
-    from ..call.evaluation import eval_ref_name
+    from ..records.evaluation import eval_ref_name
 
     if not isinstance(key, str):
         return "hit"

@@ -1,7 +1,7 @@
 """Attaching a journal to an evaluation: when it opens, what its header says, sealing it.
 
 A memoised call's journal opens when its body starts (:func:`begin`, called by
-:func:`memostore.call.context.enter`), before anything is logged, so that other
+the memoised call as it enters its context), before anything is logged, so that other
 processes list the call as running from its first moment and a call killed
 before it logged is still recorded as interrupted. A standalone run's journal
 opens with its first point (:func:`journal_for`), which is when the run
@@ -22,12 +22,12 @@ from ..errors import MemostoreError
 from .journal import Journal, describe_process
 
 if TYPE_CHECKING:
-    from ..call.context import EvalContext
     from ..odb.store import Store
+    from ..records.context import EvalContext
 
 STATE_KEY = "memostore.metrics.journal"
 HEADER_FORMAT = 1
-# Fields of EvalContext.about copied into the header (see memostore.call.context.call_about).
+# Fields of EvalContext.about copied into the header (see memostore.call.keys.call_about).
 _ABOUT_FIELDS = ("args_summary", "args", "code", "code_digest")
 _LINKED = ("args", "code")  # object ids: gc keeps them while the journal exists
 

@@ -119,8 +119,8 @@ def open_source(store: Store, rev: str, running: list[RunningEvaluation] | None 
         RevisionNotFound: *rev* names nothing.
         MemostoreError: a recorded evaluation that logged no metrics.
     """
-    from ..call.evaluation import Evaluation
     from ..odb.revisions import resolve_revision
+    from ..records.evaluation import Evaluation
 
     target = resolve_running(store, rev, running)
     if isinstance(target, RunningEvaluation):

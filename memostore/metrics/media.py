@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..call import context
+from ..records import context, standalone
 from . import convert, inputs, media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG, GRAPH_TAG, SCALAR_STYLE
 from .writer_base import _step, _warn_once
@@ -87,7 +87,7 @@ class MediaMethods:
 
     def _objects(self) -> Any:
         # After _journal(): outside a memoised call that is what starts the run.
-        ctx = context._current.get() or context.current_or_run()
+        ctx = context.current() or standalone.current_or_run()
         return ctx.store.objects
 
     def _scalar_style(self, tag: str, double_precision: bool) -> None:

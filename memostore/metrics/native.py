@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..call import context
+from ..records import context, standalone
 from . import convert
 from .attach import journal_for
 from .journal import Journal
@@ -28,7 +28,7 @@ def log(
         walltime: seconds since the epoch; now by default.
     """
     try:
-        journal = journal_for(context.current() or context.current_or_run())
+        journal = journal_for(context.current() or standalone.current_or_run())
         if step is None:
             step = journal.step_counter
         step = int(step)

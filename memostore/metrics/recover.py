@@ -166,10 +166,10 @@ def _present(store: Store, object_id: Any) -> str | None:
 
 
 def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: float) -> str:
-    from ..call.evaluation import evaluation_doc, failed_ref_name
     from ..odb import index
     from ..odb.objects import canonical_json
     from ..odb.refs import ref_part
+    from ..records.evaluation import evaluation_doc, failed_ref_name
     from .seal import json_safe, seal
 
     logs_id = None if contents.empty else seal(store.objects, contents)

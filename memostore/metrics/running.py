@@ -214,8 +214,8 @@ def recorded_evaluation(store: Store, function: str, key: str | None, started: f
     A memoised call is found through its ``evals/`` or ``failed/`` ref, a
     standalone run among its script's runs. None while it is not recorded.
     """
-    from ..call.evaluation import eval_ref_name, failed_ref_name
     from ..odb.revisions import listed_evaluations
+    from ..records.evaluation import eval_ref_name, failed_ref_name
 
     if key is None:
         listed, _ = listed_evaluations(store, functions=[function])

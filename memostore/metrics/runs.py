@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from .journal import Contents, Journal, parse
 
 if TYPE_CHECKING:
-    from ..call.context import EvalContext
+    from ..records.context import EvalContext
 
 STATE_KEY = "memostore.metrics.runs"
 RUN_EVENT = "run"

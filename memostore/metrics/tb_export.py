@@ -87,7 +87,7 @@ def export_tensorboard(
         MemostoreError: tensorboard is not installed, or an evaluation has no logs.
     """
     p = _protos()
-    from ..call.evaluation import Evaluation
+    from ..records.evaluation import Evaluation
 
     out: list[Path] = []
     for evaluation_id in evaluation_ids:

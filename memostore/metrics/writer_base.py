@@ -22,9 +22,9 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from ..call import context
 from ..distributed.group import other_rank
 from ..errors import MemostoreWarning
+from ..records import context, standalone
 from . import event_files as written_through
 from . import runs
 from .attach import journal_for
@@ -33,7 +33,7 @@ from .journal import Journal
 from .seal import json_safe
 
 _warned: set[Any] = set()
-_current = context._current  # read on every point: a ContextVar.get, no call overhead
+_current = context.current_evaluation  # read on every point: a ContextVar.get, no call
 _TARGETS = "memostore.metrics.writer"
 _tokens = itertools.count()
 
@@ -273,7 +273,7 @@ class WriterBase:
         ctx = key
         if ctx is None:
             if self._own is None:
-                self._own = context.new_run()
+                self._own = standalone.new_run()
             ctx = self._own
         slot = (_TARGETS, self._token)
         target = ctx.state.get(slot)
@@ -473,7 +473,7 @@ class WriterBase:
         self._file_writer = None
         if own is not None:
             try:
-                context.finish_own_run(own)
+                standalone.finish_own_run(own)
             except Exception as exc:
                 self._failed("close", exc)
 

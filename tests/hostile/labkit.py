@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from memostore import Store
-from memostore.call.evaluation import evaluation_doc
 from memostore.odb.objects import KIND_VALUE, Doc, Links
+from memostore.records.evaluation import evaluation_doc
 from memostore.remote.fetch import reset_state
 
 VICTIM = """

@@ -33,9 +33,9 @@ import numpy as np
 import pytest
 
 from memostore import MemostoreWarning, Store, ignore_global, memo
-from memostore.call.evaluation import eval_ref_name
 from memostore.errors import MemostoreError
 from memostore.odb.objects import Doc, is_doc_bytes
+from memostore.records.evaluation import eval_ref_name
 
 from .faultkit import cli, cli_works, env_int, figure, fsck_problems, gc_store, seeded_rng
 
