@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 import zlib
 from typing import Any
 
@@ -19,6 +20,39 @@ import numpy as np
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_COLOR_TYPES = {1: 0, 2: 4, 3: 2, 4: 6}  # channels -> PNG colour type
+
+
+def _torch_tensor_type() -> Any:
+    # A torch tensor can only exist once torch was imported: never import it here.
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def is_torch_tensor(value: Any) -> bool:
+    """Whether *value* is a ``torch.Tensor`` (without importing torch)."""
+    tensor_type = _torch_tensor_type()
+    return tensor_type is not None and isinstance(value, tensor_type)
+
+
+def make_array(value: Any) -> np.ndarray:
+    """An array as torch's writer makes one (``make_np``): arrays, scalars, tensors only.
+
+    A bfloat16 tensor becomes float16, as torch's writer converts it.
+
+    Raises:
+        NotImplementedError: *value* is a list, dict or other object (as torch's writer).
+    """
+    if isinstance(value, np.ndarray):
+        return value
+    if np.isscalar(value):
+        return np.array([value])
+    if is_torch_tensor(value):
+        import torch
+
+        if value.dtype == torch.bfloat16:
+            value = value.to(torch.float16)
+        return value.detach().cpu().numpy()
+    raise NotImplementedError(f"Got {type(value)}, but numpy array or torch tensor are expected.")
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -81,7 +115,7 @@ def png_size(data: bytes) -> tuple[int, int, int]:
     return height, width, channels
 
 
-def _grid(nchw: np.ndarray, cols: int = 8) -> np.ndarray:
+def tile_grid(nchw: np.ndarray, cols: int = 8) -> np.ndarray:
     # torch's make_grid: grey becomes RGB, only RGB is tiled, at most *cols* per row.
     if nchw.shape[1] == 1:
         nchw = np.concatenate([nchw, nchw, nchw], 1)
@@ -119,7 +153,7 @@ def to_hwc(array: np.ndarray, dataformats: str) -> np.ndarray:
     fmt = dataformats.upper()
     if len(fmt) == 4:
         nchw = array.transpose([fmt.find(c) for c in "NCHW"])
-        return _grid(nchw).transpose(1, 2, 0)
+        return tile_grid(nchw).transpose(1, 2, 0)
     if len(fmt) == 3:
         hwc = array.transpose([fmt.find(c) for c in "HWC"])
         if hwc.shape[2] == 1:
@@ -170,8 +204,6 @@ def boxed_pixels(
     corner, in Pillow's default font. Needs Pillow.
     """
     from PIL import Image, ImageDraw, ImageFont
-
-    from .media_encode import make_array
 
     hwc = to_hwc(make_array(img), dataformats)
     boxes = make_array(boxes)

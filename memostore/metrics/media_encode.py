@@ -13,49 +13,17 @@ from __future__ import annotations
 import io
 import json
 import math
-import sys
 import wave
 from typing import Any
 
 import numpy as np
 
+from .convert import is_torch_tensor, make_array, tile_grid, to_numpy
+
 # TensorBoard's mesh plugin content types (MeshPluginData.ContentType).
 MESH_CONTENT = {"VERTEX": 1, "FACE": 2, "COLOR": 3}
 PR_MAX_THRESHOLDS = 127
 _PR_MIN_COUNT = 1e-07
-
-
-def _torch_tensor_type() -> Any:
-    # A torch tensor can only exist once torch was imported: never import it here.
-    torch = sys.modules.get("torch")
-    return getattr(torch, "Tensor", None)
-
-
-def is_torch_tensor(value: Any) -> bool:
-    """Whether *value* is a ``torch.Tensor`` (without importing torch)."""
-    tensor_type = _torch_tensor_type()
-    return tensor_type is not None and isinstance(value, tensor_type)
-
-
-def make_array(value: Any) -> np.ndarray:
-    """An array as torch's writer makes one (``make_np``): arrays, scalars, tensors only.
-
-    A bfloat16 tensor becomes float16, as torch's writer converts it.
-
-    Raises:
-        NotImplementedError: *value* is a list, dict or other object (as torch's writer).
-    """
-    if isinstance(value, np.ndarray):
-        return value
-    if np.isscalar(value):
-        return np.array([value])
-    if is_torch_tensor(value):
-        import torch
-
-        if value.dtype == torch.bfloat16:
-            value = value.to(torch.float16)
-        return value.detach().cpu().numpy()
-    raise NotImplementedError(f"Got {type(value)}, but numpy array or torch tensor are expected.")
 
 
 # -- audio ------------------------------------------------------------------------------------
@@ -209,8 +177,6 @@ def mesh_parts(
 
 def _float_array(value: Any) -> np.ndarray:
     if is_torch_tensor(value):
-        from .convert import to_numpy
-
         value = to_numpy(value)
     return np.ascontiguousarray(np.asarray(value), dtype="<f4")
 
@@ -320,11 +286,9 @@ def sprite_pixels(label_img: Any) -> np.ndarray:
     Pixels are taken as [0, 1] (scaled by 255 and clipped, whatever the
     dtype), as torch's writer takes them.
     """
-    from .convert import _grid
-
     array = make_array(label_img)
     cols = math.ceil(array.shape[0] ** 0.5)
-    grid = _grid(array, cols).transpose(1, 2, 0)
+    grid = tile_grid(array, cols).transpose(1, 2, 0)
     square = np.zeros((grid.shape[1], grid.shape[1], 3))
     square[: grid.shape[0], :, :] = grid
     return np.uint8((square * 255).clip(0, 255))
