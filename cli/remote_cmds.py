@@ -25,7 +25,7 @@ from memostore.remote import (
     remove_remote,
     set_remote_trust,
 )
-from memostore.remote.config import looks_like_url
+from memostore.transport.config import looks_like_url
 
 
 def register(group: click.Group) -> None:

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedObject, MemostoreError, ObjectNotFound
 from ..odb.objects import KIND_EVALUATION, Doc, is_object_id
-from ..remote.config import RemoteConfig, get_remote, open_remote
 from ..remote.sync import check_remote_format, list_remote_refs, parse_ref, read_remote_ref
 from ..remote.transfer import CorruptRemoteObject, read_remote_doc
 from ..remote.walk import checked_links, object_name
 from ..transport import NotFoundOnRemote, Transport, UnsafeRemotePath
+from ..transport.config import RemoteConfig, get_remote, open_remote
 from .eviction import EvictionPolicy, EvictionReport, choose, protect
 from .maintenance import DEFAULT_GRACE_S
 from .remote_leases import (

@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import (
+    from ..transport.config import (
         RemoteConfig,
         RemoteNotFound,
         add_remote,

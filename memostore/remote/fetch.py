@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MemostoreWarning, RefError
 from ..odb.refs import check_ref_name
-from .config import RemoteConfig, list_remotes, open_remote
+from ..transport.config import RemoteConfig, list_remotes, open_remote
 
 if TYPE_CHECKING:
     from ..odb.store import Store

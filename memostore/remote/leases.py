@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MemostoreError
 from ..odb import leases as local_leases
 from ..odb import lockfile
-from .config import RemoteConfig
+from ..transport.config import RemoteConfig
 
 # fetch's transports and down-marks are shared, so that a remote is opened,
 # skipped and warned about once, whether a lookup or a lease found it down.

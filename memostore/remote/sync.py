@@ -44,8 +44,8 @@ from ..transport import (
     Transport,
     UnsafeRemotePath,
 )
-from ..trust import origin_sync
-from .config import RemoteConfig, get_remote, open_remote
+from ..transport.config import RemoteConfig, get_remote, open_remote
+from . import origin_sync
 from .salvage import Damage
 from .selection import select_refs, target_problem
 from .transfer import (

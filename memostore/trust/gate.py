@@ -65,7 +65,7 @@ class TrustContext:
             urls = [s.url for s in sources_of_records(self.objects)]
             store = store_of(self.objects)
             if store is not None:
-                from ..remote.config import list_remotes
+                from ..transport.config import list_remotes
 
                 with contextlib.suppress(Exception):  # a damaged config names no directory
                     urls += [r.url for r in list_remotes(store) if r.is_directory]

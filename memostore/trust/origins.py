@@ -51,8 +51,8 @@ from ..odb.objects import canonical_json, digest_bytes, is_object_id
 if TYPE_CHECKING:
     from ..odb.object_store import BaseObjectStore
     from ..odb.store import Store
-    from ..remote.config import RemoteConfig
     from ..transport import Transport
+    from ..transport.config import RemoteConfig
 
 ORIGINS_DIR = "origins"
 SOURCES_DIR = "origins/sources"
@@ -116,7 +116,7 @@ def source_of_remote(remote: RemoteConfig) -> Source:
         prefix = unquote(parts.path).strip("/")
         url = f"s3://{parts.netloc}/{prefix}" if prefix else f"s3://{parts.netloc}"
         return Source(url, remote.endpoint or endpoint_from_env(), remote.name)
-    from ..remote.config import open_remote
+    from ..transport.config import open_remote
 
     transport = open_remote(remote, "pull")  # a directory or memory remote: touches nothing
     try:
@@ -447,7 +447,7 @@ def store_of(objects: BaseObjectStore) -> Store | None:
 
 def configured_sources(store: Store) -> dict[str, RemoteConfig]:
     """Source key -> configured remote (cached until ``config.json`` changes)."""
-    from ..remote.config import list_remotes
+    from ..transport.config import list_remotes
 
     path = store.config_path
     stamp = _stamp(path) if path is not None else None

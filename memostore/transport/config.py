@@ -29,7 +29,7 @@ from ..odb.lockfile import LockFile
 
 if TYPE_CHECKING:
     from ..odb.store import Store
-    from ..transport import Transport
+    from .base import Transport
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_REMOTE = "origin"
@@ -222,7 +222,7 @@ def add_remote(
         raise MemostoreError(f"--endpoint applies to s3:// remotes only, not {remote.url}")
     if not remote.hardlinks and not remote.is_directory:
         raise MemostoreError(f"--no-hardlinks applies to directory remotes only, not {remote.url}")
-    from ..transport import RemoteError
+    from ..errors import RemoteError
 
     try:
         # Parses the URL; creates no connection and touches no file.
@@ -341,6 +341,6 @@ def _options(remote: RemoteConfig, purpose: str) -> dict[str, Any]:
 
 def open_remote(remote: RemoteConfig, purpose: str = "pull") -> Transport:
     """The transport for *remote*; *purpose* is ``push``, ``pull`` or ``fetch``."""
-    from ..transport import open_transport
+    from .url import open_transport
 
     return open_transport(remote.url, **_options(remote, purpose))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .origins import (
+from ..trust.origins import (
     KEY_HEX,
     ORIGINS_DIR,
     SOURCES_DIR,
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor
 
     from ..odb.store import Store
-    from ..remote.walk import TransferPlan
     from ..transport import Transport
+    from .walk import TransferPlan
 
 # (remote URL, journal name) -> its ids: remote journals are written once, never changed.
 _remote_journals: dict[tuple[str, str], frozenset[str]] = {}
