@@ -62,6 +62,7 @@ def _add_last_use(state: State, record: dict[str, Any]) -> None:
 
 def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
     """The show record of a running evaluation and its metrics reader (None if it ended)."""
+    from memostore.inspect.inspection import evaluation_name
     from memostore.metrics.live import show_record
 
     try:
@@ -71,7 +72,9 @@ def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
     if logs is not None:
         logs.poll()
         logs.close()
-    return show_record(run, logs), logs
+    record = show_record(run, logs)
+    record["name"] = evaluation_name(run.store, record)
+    return record, logs
 
 
 def print_record(out: Output, record: dict[str, Any], state: State, live: Any = None) -> None:
@@ -81,6 +84,7 @@ def print_record(out: Output, record: dict[str, Any], state: State, live: Any = 
     status = str(record.get("status"))
     out.styled([("evaluation ", "yellow"), (record["id"], "yellow")])
     rows = [
+        ("name", str(record.get("name"))),
         ("function", str(record.get("function"))),
         ("status", status),
         ("created", f"{record.get('created')} ({age(record.get('started'))})"),

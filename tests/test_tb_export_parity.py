@@ -277,8 +277,19 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict
     # keeps the hyper-parameters and their metrics in the evaluation's run.
     theirs["hparams_run"] = _hparams(_session_run(root / "torch"))
     ours["hparams_run"] = _hparams(_session_run(exported))
-    ours["main_session"] = _hparams(exported)
+    theirs["main_hparams"] = _hparams_tags(root / "torch")
+    ours["main_hparams"] = _hparams_tags(exported)
     return theirs, ours
+
+
+def _hparams_tags(run_dir: Path) -> list[str]:
+    acc = EventAccumulator(str(run_dir), size_guidance=_ALL)
+    acc.Reload()
+    return (
+        sorted(acc.PluginTagToContent("hparams"))
+        if "hparams" in acc._plugin_to_tag_to_content
+        else []
+    )
 
 
 def _session_run(run_dir: Path) -> Path:
@@ -355,11 +366,29 @@ def test_hparams_are_a_session_run_as_torchs_writer_writes_it(both: Any) -> None
     assert ours["hparams_run"] == theirs["hparams_run"]
 
 
-def test_the_main_run_is_the_evaluation_as_a_session(both: Any) -> None:
-    _, ours = both
-    # The memoised call's scalar argument and the add_hparams values.
-    assert set(ours["main_session"]["hparams"]) == {"base", "lr", "bsize", "opt", "nesterov"}
-    assert "loss" in ours["main_session"]["metrics"]
+def test_the_main_run_is_no_session_beside_add_hparams_sessions(both: Any) -> None:
+    theirs, ours = both
+    # Each add_hparams call is a session, and nothing else is: as torch writes it.
+    assert theirs["main_hparams"] == ours["main_hparams"] == []
+
+
+@memo
+def scored(lr: float, opt: str) -> int:
+    with MemoWriter() as w:
+        w.add_scalar("loss", lr, 0)
+    return 1
+
+
+def test_an_evaluation_without_add_hparams_is_a_session_of_its_arguments(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    scored(0.5, "sgd")
+    evaluation = scored.lookup(0.5, "sgd")
+    assert evaluation is not None
+    (run_dir,) = export_tensorboard(Store(store_dir, create=False), [evaluation.id], tmp_path)
+    session = _hparams(run_dir)
+    assert session["hparams"] == {"lr": 0.5, "opt": "sgd"}
+    assert session["metrics"] == ["loss"]
 
 
 # -- methods that need an optional package -----------------------------------------------------

@@ -17,6 +17,7 @@ from ..lifecycle.tags import tags_naming
 from ..odb import index
 from ..odb.objects import KIND_CODE
 from ..values.summaries import summarize_arguments, summarize_value
+from .names import call_arguments, display_names
 from .revisions import find_function, listed_evaluations
 
 if TYPE_CHECKING:
@@ -31,15 +32,6 @@ def iso_time(timestamp: Any) -> str | None:
         return None
     moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
     return moment.isoformat(timespec="microseconds")
-
-
-def call_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A call's arguments for listings: scalars as values, anything else as a summary line."""
-    hparams = entry.get("hparams") or {}
-    summary = entry.get("args_summary") or {}
-    return {name: hparams.get(name, text) for name, text in summary.items()} | {
-        name: value for name, value in hparams.items() if name not in summary
-    }
 
 
 def log_record(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,6 +50,7 @@ def log_record(entry: Mapping[str, Any]) -> dict[str, Any]:
         "result": entry.get("result_summary"),
         "error": entry.get("error"),
         "logs": entry.get("logs"),
+        "run_name": entry.get("run_name"),
         "refs": list(entry.get("refs") or []),
     }
 
@@ -219,10 +212,27 @@ def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> d
     record["payloads"] = dict(body.get("payloads") or {})
     record["refs"] = refs_naming(store, evaluation_id, body)
     record["tags"] = tags_naming(store, evaluation_id)
+    record["name"] = evaluation_name(store, record)
     if evaluation_id not in entries:
         # Index it while we hold it: later listings need not read it again.
         index.record(store, evaluation_id, body)
     return record
+
+
+def evaluation_name(store: Store, record: Mapping[str, Any]) -> str:
+    """The name of *record* among the recorded evaluations of its function (see :mod:`.names`).
+
+    As ``memostore log FUNCTION`` names it: ``train lr=0.1`` where the
+    function's evaluations differ in ``lr``, or its TensorBoard run's name.
+    """
+    function = record.get("function")
+    try:
+        listed, _ = listed_evaluations(store, functions=[function]) if function else ([], {})
+    except MemostoreError:
+        listed = []
+    others = [log_record(e) for e in listed if e["id"] != record["id"]]
+    mine = {**record, "args": call_arguments(record) if "hparams" in record else record["args"]}
+    return display_names([mine, *others])[record["id"]]
 
 
 def refs_naming(store: Store, evaluation_id: str, body: Mapping[str, Any]) -> list[str]:

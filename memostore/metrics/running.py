@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import MemostoreError, RevisionNotFound
-from .journal import JOURNAL_SUFFIX, read_header
+from .journal import JOURNAL_SUFFIX, Contents, parse_into, read_header
+from .runs import evaluation_run
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 _HEX = frozenset("0123456789abcdef")
 # A memoised call's record is stamped a moment after its journal's header.
 _STARTED_SLACK_S = 1e-3
+# How much of a journal is read for its run name: a writer declares its run with
+# its first point, so the declaration is near the start.
+_RUN_SCAN_BYTES = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,18 @@ class RunningEvaluation:
         """``{"host", "pid", "argv", "cwd", "python"}`` of the process running it."""
         return dict(self.header.get("process") or {})
 
+    @property
+    def run_name(self) -> str | None:
+        """The TensorBoard run it is known by (:func:`.runs.evaluation_run`), once declared."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(_RUN_SCAN_BYTES)
+        except OSError:
+            return None
+        contents = Contents()
+        parse_into(contents, data)
+        return evaluation_run(contents.events, standalone=self.key is None)
+
     def logs(self) -> LiveLogs:
         """Its metrics so far, read incrementally from the journal (see :class:`.LiveLogs`)."""
         from .live import LiveLogs
@@ -130,6 +146,7 @@ class RunningEvaluation:
             "result": None,
             "error": None,
             "logs": None,
+            "run_name": self.run_name,
             "refs": [],
             "host": process.get("host"),
             "pid": process.get("pid"),

@@ -53,6 +53,7 @@ _FIELDS = (
     "args_summary",
     "result_summary",
     "logs",
+    "run_name",
 )
 
 
@@ -212,5 +213,6 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "args_summary": dict,
     "result_summary": str,
     "logs": str,
+    "run_name": str,
     "error": str,
 }
