@@ -102,6 +102,11 @@ def _open(ctx: EvalContext) -> Journal:
     journal = Journal(directory, header_for(ctx, linked))
     ctx.state[STATE_KEY] = journal
     ctx.add_finalizer(finalize)
+    if ctx.key is None:
+        # A standalone run: no call records its script's arguments and code.
+        from .script import begin as note_script
+
+        note_script(ctx)
     return journal
 
 
