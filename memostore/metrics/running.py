@@ -154,32 +154,42 @@ class RunningEvaluation:
         }
 
 
-def running_evaluations(
-    store: Store | None = None, *, recover: bool = True
-) -> list[RunningEvaluation]:
-    """The evaluations in progress in *store* (the default store), newest first.
+@dataclass(frozen=True)
+class OrphanedEvaluation(RunningEvaluation):
+    """An evaluation whose process died: its journal is there, not sealed yet.
 
-    Args:
-        store: the store; None for :meth:`memostore.Store.default`.
-        recover: seal and record as interrupted the journals whose writer is
-            gone (they are then ordinary evaluations, not listed here).
+    Listed as ``interrupted``, as it will be recorded once a process that
+    writes to the store recovers it (:mod:`.recover`); a reader that writes
+    nothing (the dashboard) shows it so meanwhile, named by its run id.
     """
-    if store is None:
-        from ..odb.store import Store
 
-        store = Store.default(create=False)
+    status: ClassVar[str] = "interrupted"
+
+    def record(self, now: float | None = None) -> dict[str, Any]:
+        """As :meth:`RunningEvaluation.record`, ending when its journal was last written."""
+        record = super().record(self.last_seen)
+        record["error"] = "memostore.ProcessDied"
+        record.pop("seen_s_ago", None)
+        return record
+
+
+def journal_evaluations(store: Store) -> tuple[list[RunningEvaluation], list[OrphanedEvaluation]]:
+    """The evaluations *store*'s journals hold: (running, orphaned), each newest first.
+
+    Reads each journal's header and nothing else; recovers nothing.
+    """
     if store.root is None:
-        return []
+        return [], []
     directory = store.root / "journal"
     try:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        return [], []
     from .recover import writer_alive
 
     now = time.time()
     found: list[RunningEvaluation] = []
-    orphans = False
+    orphans: list[OrphanedEvaluation] = []
     for name in sorted(names):
         if not name.endswith(JOURNAL_SUFFIX):
             continue
@@ -195,20 +205,40 @@ def running_evaluations(
             header = read_header(fd)
             if not isinstance(header, dict):
                 continue
+            run_id = name[: -len(JOURNAL_SUFFIX)]
+            seen = os.fstat(fd).st_mtime
             if writer_alive(fd, header, now):
-                run_id = name[: -len(JOURNAL_SUFFIX)]
-                found.append(RunningEvaluation(store, run_id, path, header, os.fstat(fd).st_mtime))
+                found.append(RunningEvaluation(store, run_id, path, header, seen))
             else:
-                orphans = True
+                orphans.append(OrphanedEvaluation(store, run_id, path, header, seen))
         except (OSError, ValueError):
             continue
         finally:
             os.close(fd)
+    found.sort(key=lambda r: (-r.started, r.run_id))
+    orphans.sort(key=lambda r: (-r.started, r.run_id))
+    return found, orphans
+
+
+def running_evaluations(
+    store: Store | None = None, *, recover: bool = True
+) -> list[RunningEvaluation]:
+    """The evaluations in progress in *store* (the default store), newest first.
+
+    Args:
+        store: the store; None for :meth:`memostore.Store.default`.
+        recover: seal and record as interrupted the journals whose writer is
+            gone (they are then ordinary evaluations, not listed here).
+    """
+    if store is None:
+        from ..odb.store import Store
+
+        store = Store.default(create=False)
+    found, orphans = journal_evaluations(store)
     if orphans and recover:
         from .recover import recover_orphans
 
         recover_orphans(store)
-    found.sort(key=lambda r: (-r.started, r.run_id))
     return found
 
 
@@ -359,7 +389,9 @@ def _counted_back(
 
 
 __all__ = [
+    "OrphanedEvaluation",
     "RunningEvaluation",
+    "journal_evaluations",
     "recorded_evaluation",
     "resolve_running",
     "running_evaluations",

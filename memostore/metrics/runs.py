@@ -249,10 +249,22 @@ def annotate(contents: Contents) -> dict[str, Any]:
     Returns ``{}`` for a journal without runs (``memostore.log`` only, or an
     older writer), so such logs are sealed exactly as before.
     """
+    purges = [(i, e) for i, e in enumerate(contents.events) if e.get("kind") == PURGE_EVENT]
+    out = run_records(contents.events)
+    if out and purges:
+        _purge(contents, purges)
+    return out
+
+
+def run_records(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The ``runs`` and ``sessions`` lists that journal *events* declare (``{}``: no runs).
+
+    What sealing writes into the logs document, read from a journal as it is
+    (a running evaluation's too: :class:`.live.LiveLogs`).
+    """
     runs: dict[str, dict[str, Any]] = {}
     sessions: list[dict[str, Any]] = []
-    purges: list[tuple[int, dict[str, Any]]] = []
-    for index, event in enumerate(contents.events):
+    for event in events:
         kind = event.get("kind")
         if kind == RUN_EVENT:
             runs.setdefault(event["run"], _run_record(event))
@@ -260,8 +272,6 @@ def annotate(contents: Contents) -> dict[str, Any]:
             record = runs.get(event["run"])
             if record is not None:
                 record["tags"][event["name"]] = event["tag"]
-        elif kind == PURGE_EVENT:
-            purges.append((index, event))
         elif kind == "hparams" and event.get("run") is not None:
             sessions.append(
                 {
@@ -276,8 +286,6 @@ def annotate(contents: Contents) -> dict[str, Any]:
             )
     if not runs:
         return {}
-    if purges:
-        _purge(contents, purges)
     first = next(iter(runs))
     for record in runs.values():
         record["dir"] = label(record["name"], first)
@@ -422,5 +430,6 @@ __all__ = [
     "purge_event",
     "registry_for",
     "run_path",
+    "run_records",
     "safe_dir",
 ]

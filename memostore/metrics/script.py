@@ -21,12 +21,22 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..odb.objects import KIND_CODE, Doc, digest_bytes
 
-if TYPE_CHECKING:
-    from ..call.context import EvalContext
+
+class EvalContext(Protocol):
+    """What this module needs of a run's context (:class:`memostore.call.context.EvalContext`)."""
+
+    store: Any
+    function: str
+    hparams: dict[str, Any]
+    state: dict[str, Any]
+
+    def add_finalizer(self, fn: Callable[[Any, str], dict[str, Any]]) -> None: ...
+
 
 STATE_KEY = "memostore.metrics.script"
 # A script bigger than this is no script: its source is not kept.

@@ -115,8 +115,12 @@ def allowed_hosts(host: str) -> list[str]:
     return sorted({host, f"[{host}]" if ":" in host else host, *local})
 
 
-def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
-    """The dashboard over *store*, answering requests addressed to *host* (or localhost)."""
+def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
+    """The dashboard over *store*, answering requests addressed to *host* (or localhost).
+
+    *store* may be the path of a store not made yet: the dashboard then shows
+    how to log a first run there, and the store once it appears.
+    """
     from . import pages
 
     catalog = Catalog(store)
@@ -136,14 +140,22 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
 
     def runs(request: Request) -> Any:
         limit = request.query_params.get("limit")
-        if limit is None:
-            return catalog.runs()
-        if not limit.isdigit() or not 0 < int(limit) <= 10_000:
+        if limit is not None and (not limit.isdigit() or not 0 < int(limit) <= 10_000):
             raise BadRequest("limit is a number of rows, 1 to 10000")
-        return catalog.first_page(int(limit))
+        version = catalog.version()  # before reading: a change meanwhile is seen next poll
+        listing = catalog.runs() if limit is None else catalog.first_page(int(limit))
+        return {**listing, "version": version, "empty": catalog.empty(listing["rows"])}
 
     def live(request: Request) -> Any:
-        return {"rows": [catalog.running_row(r) for r in catalog.running()]}
+        version = catalog.version()
+        rows = catalog.live_rows()
+        return {"rows": rows, "version": version}
+
+    def hparams(request: Request) -> Any:
+        from .hparams import hparams_sessions
+
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
+        return hparams_sessions(catalog, ids)
 
     def chart(request: Request) -> Any:
         params = request.query_params
@@ -222,6 +234,7 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
         Route("/static/{name}", static),
         Route("/api/runs", _answer(runs)),
         Route("/api/live", _answer(live)),
+        Route("/api/hparams", _answer(hparams)),
         Route("/api/chart", _answer(chart)),
         Route("/api/eval/{id}", _answer(evaluation)),
         Route("/api/events", _answer(events)),

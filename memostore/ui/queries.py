@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import MemostoreError
+from ..errors import MemostoreError, StoreNotFound
 from .downsample import finite_range, json_floats, smooth, window_indices
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..metrics.live import LiveLogs
     from ..metrics.running import RunningEvaluation
     from ..odb.store import Store
@@ -111,14 +113,24 @@ def _stats(summary: Mapping[str, Any]) -> dict[str, Any]:
 class Catalog:
     """The store as the dashboard reads it; safe to share between request threads.
 
+    Made over a store, or over the path where one will be: until a store
+    appears there, the dashboard lists nothing and says how to log the first
+    run (:meth:`empty`); it then reads the store as soon as it exists.
+
     Attributes:
-        store: the store.
+        path: where the store is (or will be).
         lock: held while a journal reader or a cache is used.
     """
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store | Path) -> None:
+        from ..odb.store import Store
+
+        self._store = store if isinstance(store, Store) else None
+        self.path = self._store.root if self._store is not None else store
         self.lock = threading.Lock()
+        self._names: dict[str, str] = {}
+        # What other modules derive from sealed logs or records, which never change.
+        self.derived: dict[tuple[str, str], Any] = {}
         self._listing_lock = threading.Lock()
         self._summaries: dict[str, dict[str, Any]] = {}
         self._nested: dict[str, dict[str, Any]] = {}
@@ -130,12 +142,108 @@ class Catalog:
         self._live: dict[str, LiveLogs] = {}
         self._running: dict[str, RunningEvaluation] = {}
 
+    @property
+    def store(self) -> Store:
+        """The store, opened once it exists.
+
+        Raises:
+            BadRequest: (404) there is no store at :attr:`path` yet.
+        """
+        store = self._opened()
+        if store is None:
+            raise BadRequest(f"no memostore store at {self.path} yet", 404)
+        return store
+
+    def _opened(self) -> Store | None:
+        if self._store is None:
+            from ..odb.store import Store
+
+            try:
+                store = Store(self.path, create=False)
+            except (StoreNotFound, OSError):
+                return None
+            with self.lock:
+                if self._store is None:
+                    self._store = store
+        return self._store
+
+    def empty(self, rows: list[Any]) -> dict[str, Any] | None:
+        """What the page shows instead of an empty table: where the store is, how to log into it.
+
+        Returns:
+            None when there are *rows*; else ``{"store", "exists", "message",
+            "example", "env"}``: ``example`` is a script that logs a first run,
+            ``env`` the environment variable that points a script at this store.
+        """
+        if rows:
+            return None
+        exists = self._opened() is not None
+        where = f"the store at {self.path}" if exists else f"{self.path} (no store there yet)"
+        return {
+            "store": str(self.path),
+            "exists": exists,
+            "message": (
+                f"No runs in {where}. Log the first one: use memostore's SummaryWriter where "
+                "you use TensorBoard's, or decorate a function with @memo; this page shows "
+                "the run as soon as it starts."
+            ),
+            "example": (
+                "from memostore import SummaryWriter  # was: from torch.utils.tensorboard\n"
+                "writer = SummaryWriter()\n"
+                "for step in range(100):\n"
+                "    writer.add_scalar('loss', 1 / (step + 1), step)\n"
+                "writer.close()\n"
+            ),
+            "env": f"MEMOSTORE_DIR={self.path}",
+        }
+
+    def version(self) -> str:
+        """A token that changes whenever an evaluation is recorded, removed, started or ended.
+
+        The page polls it (``/api/live``) and reads the listing again when it changes,
+        so that new runs appear without a reload.
+        """
+        import hashlib
+
+        store = self._opened()
+        if store is None or store.root is None:
+            return "none"
+        try:
+            journals = sorted(os.listdir(store.root / "journal"))
+        except OSError:
+            journals = []
+        text = repr((listing_token(store), journals))
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+    # -- names ------------------------------------------------------------------------------
+    def name_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Set each row's ``name``, as the rows shown together name each other, and keep them."""
+        from ..inspect.names import display_names
+
+        names = display_names(rows)
+        with self.lock:
+            self._names.update(names)
+        for row in rows:
+            row["name"] = names[row["id"]]
+
+    def name_of(self, identifier: str, default: str | None = None) -> str:
+        """The name the table gives *identifier* (else *default*, else its short id)."""
+        return self._names.get(identifier) or default or identifier[:10]
+
     # -- listing --------------------------------------------------------------------------
     def running(self) -> list[RunningEvaluation]:
-        """The evaluations in progress (never recovering: the dashboard writes nothing)."""
-        from ..metrics.running import running_evaluations
+        """The evaluations in progress, then those whose process died (status ``interrupted``).
 
-        found = running_evaluations(self.store, recover=False)
+        A dead one is listed from its journal as it is, not recovered: the dashboard
+        writes nothing. Each is named by its run id.
+        """
+        from ..metrics.running import journal_evaluations
+
+        store = self._opened()
+        if store is None:
+            return []
+        alive, dead = journal_evaluations(store)
+        found = [*alive, *dead]
         with self.lock:
             self._running.update({r.run_id: r for r in found})
         return found
@@ -154,6 +262,8 @@ class Catalog:
         from ..inspect.inspection import log_records
 
         running = self.running()
+        if self._opened() is None:
+            return {"args": [], "tags": [], "rows": [], "complete": True}
         # One listing at a time: a request arriving while another lists waits
         # for it instead of reading every manifest a second time.
         with self._listing_lock:
@@ -164,7 +274,7 @@ class Catalog:
                     records, _ = log_records(self.store)
                 except RevisionNotFound:
                     records = []
-                rows = [self._row(r, self._summary(r.get("logs"))) for r in records]
+                rows = [self._row(r, self.summary_of(r.get("logs"))) for r in records]
                 for row, record in zip(rows, records, strict=True):
                     if _has_mappings(record):
                         row["args"] = self._nested_args(record)
@@ -172,6 +282,7 @@ class Catalog:
         live = [self.running_row(r) for r in running]
         rows = sorted(live + rows, key=lambda r: -(r.get("started") or 0.0))
         _add_usage(self.store, rows)
+        self.name_rows(rows)
         return {**_columns(rows), "rows": rows, "complete": True}
 
     def first_page(self, limit: int) -> dict[str, Any]:
@@ -183,6 +294,8 @@ class Catalog:
             with ``"complete": false``, ``indexed`` (how many evaluations the index
             holds) and the ``functions`` and ``statuses`` of all of them.
         """
+        if self._opened() is None:
+            return self.runs()
         if self._listing_ready():
             listing = self.runs()
             rows = listing["rows"]
@@ -203,6 +316,7 @@ class Catalog:
         running = self.running()
         rows = [self.running_row(r) for r in running] + page["rows"]
         _add_usage(self.store, rows)
+        self.name_rows(rows)
         return {
             **_columns(rows),
             "rows": rows[:limit],
@@ -245,7 +359,7 @@ class Catalog:
             rows = []
             for entry in found["entries"]:
                 record = log_record(entry)
-                row = self._row(record, self._summary(record.get("logs")))
+                row = self._row(record, self.summary_of(record.get("logs")))
                 if _has_mappings(record):
                     row["args"] = self._nested_args(record)
                 rows.append(row)
@@ -258,11 +372,30 @@ class Catalog:
         """The table row of an evaluation in progress, with the metrics logged so far."""
         logs = self.live_logs(run.run_id)
         summary: dict[str, Any] = {}
+        record = run.record()
         if logs is not None:
             with self.lock:
                 logs.poll()
                 summary = logs.summary()
-        return self._row(run.record(), summary)
+                # A standalone run's hyper-parameters are those add_hparams logged.
+                logged = logs.hparams()["hparams"]
+            if run.key is None and logged:
+                record["args"] = {**logged, **(record.get("args") or {})}
+        return self._row(record, summary)
+
+    def live_rows(self) -> list[dict[str, Any]]:
+        """The rows of the evaluations in progress or just dead, named as in the table."""
+        rows = [self.running_row(r) for r in self.running()]
+        if rows:
+            from ..inspect.names import display_names
+
+            listed = [r for r in self._listed or [] if r["id"] not in {x["id"] for x in rows}]
+            names = display_names([*rows, *listed])
+            for row in rows:
+                row["name"] = names[row["id"]]
+            with self.lock:
+                self._names.update({row["id"]: row["name"] for row in rows})
+        return rows
 
     def _row(self, record: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -275,6 +408,7 @@ class Catalog:
             "parents": list(record.get("parents") or []),
             "args": flatten(record.get("args") or {}),
             "metrics": {tag: _stats(s) for tag, s in summary.items()},
+            "run_name": record.get("run_name"),
         }
 
     def _nested_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,7 +435,8 @@ class Catalog:
             self._nested[evaluation_id] = cached
         return cached
 
-    def _summary(self, logs_id: str | None) -> dict[str, Any]:
+    def summary_of(self, logs_id: str | None) -> dict[str, Any]:
+        """The tags' summaries of sealed logs (:func:`memostore.metrics.read.metrics_summary`)."""
         if not logs_id:
             return {}
         cached = self._summaries.get(logs_id)
@@ -423,7 +558,7 @@ class Catalog:
                 (``"append": true``).
 
         Returns:
-            ``{"tag", "series": [{"id", "count", "x", "y", "steps", "range",
+            ``{"tag", "series": [{"id", "name", "count", "x", "y", "steps", "range",
             "downsampled", "append"}]}``.
         """
         if x_mode not in X_MODES:
@@ -448,6 +583,7 @@ class Catalog:
             out.append(
                 {
                     "id": run,
+                    "name": self.name_of(run),
                     "count": int(x.size),
                     "x": json_floats(x[keep]),
                     "y": json_floats(y[keep]),
