@@ -470,3 +470,60 @@ def test_onnx_graph_without_onnx_raises_what_torch_raises(tmp_path: Path, store_
         w.add_onnx_graph("model.onnx")
     assert type(ours.value) is type(theirs.value)
     assert str(ours.value) == str(theirs.value)
+
+
+# -- several runs, as TensorBoard's HParams tab shows them --------------------------------------
+GRID = [(0.1, 1), (0.1, 2), (0.01, 1), (0.01, 2), (0.3, 4)]
+
+
+def log_grid_run(w: Any, lr: float, seed: int) -> None:
+    """One run of a TensorBoard user's sweep: curves, then add_hparams with its result."""
+    for step in range(20):
+        w.add_scalar("train/loss", float(np.exp(-lr * step)) + seed * 0.01, step)
+        w.add_scalar("val/acc", 1 - float(np.exp(-lr * step)), step)
+    w.add_hparams({"lr": lr, "seed": seed}, {"hparam/val_acc": 1 - float(np.exp(-lr * 20))})
+
+
+def test_a_sweep_exports_the_runs_and_hparams_sessions_torchs_writer_makes(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    import tb_reader
+
+    for lr, seed in GRID:
+        with TorchWriter(str(tmp_path / "torch" / "runs" / f"lr{lr}_seed{seed}")) as w:
+            log_grid_run(w, lr, seed)
+        # Outside any memoised call: each writer is a run evaluation of its own.
+        with MemoWriter(str(tmp_path / "memo" / "runs" / f"lr{lr}_seed{seed}")) as w:
+            log_grid_run(w, lr, seed)
+    store = Store(store_dir, create=False)
+    ids = [e for name, e in store.iter_evaluation_refs() if name.startswith("runs/")]
+    assert len(ids) == len(GRID)
+    exported = tmp_path / "export"
+    export_tensorboard(store, ids, exported)
+
+    torch_runs = tmp_path / "torch" / "runs"
+    theirs, ours = tb_reader.sessions(torch_runs), tb_reader.sessions(exported)
+    # Five sessions, one per add_hparams call, with its metric: the same columns and values.
+    assert len(theirs["groups"]) == len(GRID)
+    assert theirs["metrics"] == ["hparam/val_acc"]
+    assert (
+        ours["hparams"]
+        == theirs["hparams"]
+        == {"lr": "DATA_TYPE_FLOAT64", "seed": "DATA_TYPE_FLOAT64"}
+    )
+    assert ours["metrics"] == theirs["metrics"]
+
+    def by_run(groups: list[dict[str, Any]]) -> dict[str, Any]:
+        # A session's run is <run>/<the time add_hparams was called>: the run names it.
+        return {g["name"].rsplit("/", 1)[0]: (g["hparams"], g["metrics"]) for g in groups}
+
+    assert by_run(ours["groups"]) == by_run(theirs["groups"])
+    assert set(by_run(theirs["groups"])) == {f"lr{lr}_seed{seed}" for lr, seed in GRID}
+    # One run directory per name, laid out as torch's writer lays them out.
+    assert sorted(p.name for p in exported.iterdir()) == sorted(
+        p.name for p in torch_runs.iterdir()
+    )
+    theirs_scalars, ours_scalars = tb_reader.scalars(torch_runs), tb_reader.scalars(exported)
+    assert {r: v for r, v in ours_scalars.items() if "/" not in r} == {
+        r: v for r, v in theirs_scalars.items() if "/" not in r
+    }
