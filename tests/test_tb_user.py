@@ -129,7 +129,7 @@ def _tb_scalars(runs: Path) -> dict[tuple[str, str], dict[str, list[tuple[int, f
 def test_the_dashboard_shows_what_tensorboard_shows(sweep: dict[str, Path]) -> None:
     with ui_server(sweep["store"]) as url:
         ours = _ui_scalars(url)
-        _, hparams = get_json(url + "api/hparams")
+        _, hparams = get_json(url + "api/sessions")
     theirs = _tb_scalars(sweep["runs"])
     # The same runs (and the session run of each add_hparams call), tags and values.
     assert set(theirs) == {(n, k) for n in NAMES for k in ("", "session")}

@@ -8,6 +8,7 @@ static files are a fixed table of names.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -23,7 +24,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from .queries import BadRequest, Catalog, check_id
+from ..errors import MemostoreError
+from .charts import Charts
+from .queries import FIRST_PAGE, BadRequest, Catalog, check_id
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -124,9 +127,17 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
     from . import pages
 
     catalog = Catalog(store)
+    charts = Charts(catalog)
     files = static_files()
-    # The table's first page is read before the first request asks for it.
-    threading.Thread(target=catalog.warm, name="memostore-ui-warm", daemon=True).start()
+
+    def warm() -> None:
+        # The table's first page is read before the first request asks for it, then
+        # the series of its runs, before a chart asks for them.
+        catalog.warm()
+        with contextlib.suppress(BadRequest, MemostoreError, OSError):
+            charts.warm(catalog.first_page(FIRST_PAGE)["rows"])
+
+    threading.Thread(target=warm, name="memostore-ui-warm", daemon=True).start()
 
     def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html")
@@ -151,7 +162,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
         rows = catalog.live_rows()
         return {"rows": rows, "version": version}
 
-    def hparams(request: Request) -> Any:
+    def sessions(request: Request) -> Any:
         from .hparams import hparams_sessions
 
         ids = [i for i in request.query_params.get("ids", "").split(",") if i]
@@ -171,7 +182,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
             raise BadRequest("weight and buckets must be numbers") from exc
         if smoothing not in ("none", "ema", "tw-ema") or not 0.0 <= weight < 1.0:
             raise BadRequest("smooth is none, ema or tw-ema; weight in [0, 1)")
-        return catalog.chart(
+        body = charts.chart_json(
             ids,
             tag,
             x_mode=params.get("x", "step"),
@@ -181,6 +192,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
             buckets=buckets,
             after=_after(params.get("after")),
         )
+        return Response(body, media_type="application/json")
 
     def evaluation(request: Request) -> Any:
         return pages.evaluation_page(catalog, check_id(request.path_params["id"]))
@@ -234,7 +246,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
         Route("/static/{name}", static),
         Route("/api/runs", _answer(runs)),
         Route("/api/live", _answer(live)),
-        Route("/api/hparams", _answer(hparams)),
+        Route("/api/sessions", _answer(sessions)),
         Route("/api/chart", _answer(chart)),
         Route("/api/eval/{id}", _answer(evaluation)),
         Route("/api/events", _answer(events)),

@@ -3,9 +3,10 @@
 Everything comes from the store's listing functions (the refs and the
 evaluation index), the logs manifests and the metrics readers; no stored
 value is decoded. Sealed logs never change (their id names their content), so
-their summaries and series are cached by logs id; an evaluation still running
-is read from its journal through one :class:`~memostore.metrics.live.LiveLogs`
-per run, polled on each request, so each poll reads only what was appended.
+their summaries are cached by logs id; an evaluation still running is read
+from its journal through one :class:`~memostore.metrics.live.LiveLogs` per
+run, polled on each request, so each poll reads only what was appended.
+Charts' series are :mod:`.charts`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import MemostoreError, StoreNotFound
-from .downsample import finite_range, json_floats, smooth, window_indices
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
 
 _EVALUATION_ID = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-_SERIES_CACHE = 256
-X_MODES = ("step", "wall", "relative")
 # Rows of the table's first page (the page size of static/table.js).
 FIRST_PAGE = 100
 
@@ -138,7 +135,6 @@ class Catalog:
         self._listed_token: tuple[Any, ...] | None = None
         self._head_lock = threading.Lock()
         self._head_page: tuple[tuple[Any, ...], dict[str, Any]] | None = None
-        self._series: OrderedDict[tuple[str, str], tuple[np.ndarray, ...]] = OrderedDict()
         self._live: dict[str, LiveLogs] = {}
         self._running: dict[str, RunningEvaluation] = {}
 
@@ -488,113 +484,6 @@ class Catalog:
         logs = body.get("logs")
         return logs if isinstance(logs, str) else None
 
-    def series(self, run: str, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(steps, values, walltimes)`` of one tag of a recorded or running evaluation.
-
-        Raises:
-            BadRequest: the id is malformed, names nothing, or the tag holds no numbers.
-        """
-        check_id(run)
-        if _RUN_ID.match(run):
-            if run not in self._running and run not in self._live:
-                self.running()
-            logs = self.live_logs(run)
-            if logs is None:
-                raise BadRequest(f"no running evaluation {run[:12]}", 404)
-            with self.lock:
-                logs.poll()
-                try:
-                    return logs.series(tag)
-                except KeyError:
-                    return _empty()
-                except ValueError as exc:
-                    raise BadRequest(str(exc)) from exc
-        key = (run, tag)
-        with self.lock:
-            if key in self._series:
-                self._series.move_to_end(key)
-                return self._series[key]  # type: ignore[return-value]
-        logs_id = self.logs_of(run)
-        if logs_id is None:
-            return _empty()
-        from ..metrics.read import load_series
-
-        try:
-            series = load_series(self.store, logs_id, tag)
-        except KeyError:
-            series = _empty()
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
-        with self.lock:
-            self._series[key] = series
-            while len(self._series) > _SERIES_CACHE:
-                self._series.popitem(last=False)
-        return series
-
-    def chart(
-        self,
-        runs: list[str],
-        tag: str,
-        *,
-        x_mode: str = "step",
-        smoothing: str = "none",
-        weight: float = 0.0,
-        window: tuple[float, float] | None = None,
-        buckets: int = 800,
-        after: Mapping[str, int] | None = None,
-    ) -> dict[str, Any]:
-        """One chart's series, reduced to the visible window (see :mod:`.downsample`).
-
-        Args:
-            runs: evaluation or run ids.
-            tag: the metric tag.
-            x_mode: ``step``, ``wall`` (UNIX time) or ``relative`` (seconds since the
-                run's first point).
-            smoothing: ``none``, ``ema`` or ``tw-ema``; *weight* in [0, 1).
-            window: the visible x range; None for everything.
-            buckets: the chart's width in pixels.
-            after: per run, the number of points the client holds already: when
-                the series is sent whole, only the points after those come back
-                (``"append": true``).
-
-        Returns:
-            ``{"tag", "series": [{"id", "name", "count", "x", "y", "steps", "range",
-            "downsampled", "append"}]}``.
-        """
-        if x_mode not in X_MODES:
-            raise BadRequest(f"x must be one of {', '.join(X_MODES)}")
-        buckets = max(10, min(int(buckets), 5000))
-        out = []
-        for run in runs:
-            steps, values, walls = self.series(run, tag)
-            x = _x_of(steps, walls, x_mode)
-            y = smooth(x, values, smoothing, weight) if values.size else values
-            full = finite_range(x)
-            x0, x1 = window if window else (full or (0.0, 0.0))
-            keep = window_indices(x, y, x0, x1, buckets)
-            downsampled = keep.size < np.count_nonzero((x >= x0) & (x <= x1))
-            held = (after or {}).get(run)
-            append = False
-            # Appending is exact only for whole, unsmoothed, unzoomed series.
-            if held is not None and not downsampled and smoothing == "none" and window is None:
-                keep = np.arange(min(held, x.size), x.size, dtype=np.int64)
-                keep = keep[np.isfinite(y[keep])]
-                append = True
-            out.append(
-                {
-                    "id": run,
-                    "name": self.name_of(run),
-                    "count": int(x.size),
-                    "x": json_floats(x[keep]),
-                    "y": json_floats(y[keep]),
-                    "steps": steps[keep].tolist(),
-                    "range": full,
-                    "downsampled": bool(downsampled),
-                    "append": append,
-                }
-            )
-        return {"tag": tag, "series": out}
-
 
 def listing_token(store: Store) -> tuple[Any, ...] | None:
     """What changes whenever the set of evaluations refs name changes (None: unknown).
@@ -670,18 +559,6 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
         args.update(dict.fromkeys(row["args"]))
         tags.update(dict.fromkeys(t for t, s in row["metrics"].items() if _numeric(s)))
     return {"args": list(args), "tags": sorted(tags)}
-
-
-def _empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return np.empty(0, "<i8"), np.empty(0, "<f8"), np.empty(0, "<f8")
-
-
-def _x_of(steps: np.ndarray, walls: np.ndarray, mode: str) -> np.ndarray:
-    if mode == "step":
-        return steps.astype(np.float64)
-    if mode == "wall" or not walls.size:
-        return walls.astype(np.float64)
-    return walls.astype(np.float64) - float(np.nanmin(walls))
 
 
 def _numeric(stats: Mapping[str, Any]) -> bool:
