@@ -42,6 +42,9 @@ _SERIES_BYTES = 384 << 20
 # Reduced answers kept: each is at most 4 points per pixel column of one chart.
 _REDUCED_CACHE = 2048
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
+_COLUMNS = tuple(2**k for k in range(4, 13))  # 16 ... 4096
+# The request the runs page makes first (TensorBoard's default smoothing), prepared ahead.
+_FIRST_REQUEST = ("step", "ema", 0.6, None, 1024)
 
 Series = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -58,21 +61,27 @@ def _x_of(steps: np.ndarray, walls: np.ndarray, mode: str) -> np.ndarray:
     return walls.astype(np.float64) - float(np.nanmin(walls))
 
 
-class _Answer:
-    """One run's part of a chart, and its JSON once encoded."""
+def columns_for(width: int) -> int:
+    """The columns a whole series is reduced to for a chart *width* pixels wide.
 
-    __slots__ = ("_encoded", "body")
+    The next power of two from 16 to 4096 (at most 5000 beyond): a few more
+    points than pixels, and answers that charts of similar widths share, so
+    the server can keep them and prepare the common one before the page asks.
+    """
+    for columns in _COLUMNS:
+        if width <= columns:
+            return columns
+    return min(width, 5000)
+
+
+class _Answer:
+    """One run's part of a chart, kept as the JSON it is sent as (lists of floats are big)."""
+
+    __slots__ = ("encoded", "id")
 
     def __init__(self, body: dict[str, Any]) -> None:
-        self.body = body
-        self._encoded: bytes | None = None
-
-    def encoded(self) -> bytes:
-        if self._encoded is None:
-            # Benign race: two threads may both encode; either result is the same.
-            text = json.dumps(self.body, allow_nan=False, separators=(",", ":"))
-            self._encoded = text.encode()
-        return self._encoded
+        self.id: str = body["id"]
+        self.encoded = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
 
 
 class Charts:
@@ -165,8 +174,10 @@ class Charts:
         """Read the scalar series of *rows* (the table's first page) before a chart asks.
 
         As TensorBoard loads its runs when it starts: the page opened next finds them
-        read. Stops at the cache's budget; a chart asking meanwhile waits for the
-        series being read instead of reading it twice.
+        read, and its first request (:data:`_FIRST_REQUEST`: steps, TensorBoard's
+        EMA, a chart up to 1024 pixels wide) answered. Stops at the cache's budget;
+        a chart asking meanwhile waits for the series being read instead of reading
+        it twice.
         """
         for row in rows:
             if _RUN_ID.match(str(row.get("id"))):
@@ -179,7 +190,7 @@ class Charts:
                 if full:
                     return
                 with contextlib.suppress(BadRequest, MemostoreError, OSError):
-                    self.series(row["id"], tag)
+                    self._one(row["id"], tag, _FIRST_REQUEST, {})
 
     def chart(
         self,
@@ -202,7 +213,8 @@ class Charts:
                 run's first point).
             smoothing: ``none``, ``ema`` or ``tw-ema``; *weight* in [0, 1).
             window: the visible x range; None for everything.
-            buckets: the chart's width in pixels.
+            buckets: the chart's width in pixels (a whole series is reduced to
+                :func:`columns_for` it).
             after: per run, the number of points the client holds already: when
                 the series is sent whole, only the points after those come back
                 (``"append": true``).
@@ -216,17 +228,26 @@ class Charts:
             point's wall time less ``start``, in seconds rounded to milliseconds.
             The points are picked on the logged values (a spike is kept).
         """
-        found = self._answers(runs, tag, x_mode, smoothing, weight, window, buckets, after)
-        named = [{**a.body, "name": self.catalog.name_of(a.body["id"])} for a in found]
-        return {"tag": tag, "series": named}
+        return json.loads(
+            self.chart_json(
+                runs,
+                tag,
+                x_mode=x_mode,
+                smoothing=smoothing,
+                weight=weight,
+                window=window,
+                buckets=buckets,
+                after=after,
+            )
+        )
 
     def chart_json(self, runs: list[str], tag: str, **settings: Any) -> bytes:
         """:meth:`chart` as the JSON ``/api/chart`` sends; a sealed run's part is encoded once."""
         found = self._answers(runs, tag, **settings)
         parts = []
         for answer in found:
-            name = json.dumps(self.catalog.name_of(answer.body["id"]))
-            parts.append(answer.encoded()[:-1] + b',"name":' + name.encode() + b"}")
+            name = json.dumps(self.catalog.name_of(answer.id))
+            parts.append(answer.encoded[:-1] + b',"name":' + name.encode() + b"}")
         return b'{"tag":' + json.dumps(tag).encode() + b',"series":[' + b",".join(parts) + b"]}"
 
     def _answers(
@@ -243,6 +264,8 @@ class Charts:
         if x_mode not in X_MODES:
             raise BadRequest(f"x must be one of {', '.join(X_MODES)}")
         buckets = max(10, min(int(buckets), 5000))
+        if window is None:
+            buckets = columns_for(buckets)
         settings = (x_mode, smoothing, float(weight), window, buckets)
         held = after or {}
         if len(runs) > 1:
