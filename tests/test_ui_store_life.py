@@ -64,8 +64,11 @@ def test_a_missing_store_is_served_empty_then_picked_up(served: dict[str, Any]) 
     assert empty["exists"] is False and empty["store"] == str(store)
     assert "SummaryWriter" in empty["example"] and empty["env"] == f"MEMOSTORE_DIR={store}"
     assert "first" in empty["message"]
-    with urllib.request.urlopen(url, timeout=30) as page:  # the page itself is served
-        assert page.status == 200
+    with urllib.request.urlopen(url, timeout=30) as page:
+        text = page.read().decode()
+    # The page says where the store will be and how to log into it, and waits for it.
+    assert "No runs yet" in text and str(store) in text and "SummaryWriter" in text
+    assert "/api/live" in text and "/static/app.js" not in text
     _, live = get_json(url + "api/live")
     before = live["version"]
 
@@ -76,6 +79,8 @@ def test_a_missing_store_is_served_empty_then_picked_up(served: dict[str, Any]) 
     assert live["version"] != before
     _, listing = get_json(url + "api/runs")
     assert listing["empty"] is None and listing["version"] == live["version"]
+    with urllib.request.urlopen(url, timeout=30) as page:
+        assert "/static/app.js" in page.read().decode()  # the dashboard now
     (row,) = listing["rows"]
     assert row["name"] == "first" and row["run_name"] == "runs/first" and row["status"] == "ok"
     query = urllib.parse.urlencode({"ids": row["id"], "tag": "loss"})

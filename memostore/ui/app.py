@@ -21,11 +21,12 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import MemostoreError
 from .charts import Charts
+from .empty import empty_page
 from .queries import FIRST_PAGE, BadRequest, Catalog, check_id
 
 if TYPE_CHECKING:
@@ -140,6 +141,10 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
     threading.Thread(target=warm, name="memostore-ui-warm", daemon=True).start()
 
     def index(request: Request) -> Response:
+        if catalog.holds_nothing():
+            empty = catalog.empty([])
+            assert empty is not None
+            return HTMLResponse(empty_page(empty), headers={"Cache-Control": "no-store"})
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     def static(request: Request) -> Response:

@@ -193,6 +193,17 @@ class Catalog:
             "env": f"MEMOSTORE_DIR={self.path}",
         }
 
+    def holds_nothing(self) -> bool:
+        """Whether there is nothing to list: no store yet, no evaluation, none running."""
+        store = self._opened()
+        if store is None:
+            return True
+        from ..metrics.journal import JOURNAL_SUFFIX
+
+        if store.root is not None and any((store.root / "journal").glob(f"*{JOURNAL_SUFFIX}")):
+            return False
+        return next(iter(store.iter_evaluation_refs()), None) is None
+
     def version(self) -> str:
         """A token that changes whenever an evaluation is recorded, removed, started or ended.
 
