@@ -169,15 +169,19 @@ def ui_page(url: str, points: int, runs: int) -> tuple[float, int]:
     return elapsed, len(body)
 
 
-def settle(pid: int, quiet_s: float = 1.5, timeout: float = 600) -> None:
-    """Wait until a server's resident memory stops growing (it has read what it reads first)."""
+def settle(pid: int, quiet_s: float = 1.0, timeout: float = 600) -> None:
+    """Wait until a server is idle: its CPU time has not grown for *quiet_s* (it has read
+    what it reads when it starts)."""
+
+    def cpu_ticks() -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
     last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1])
-        if rss != last:
-            last, since = rss, time.monotonic()
+        ticks = cpu_ticks()
+        if ticks != last:
+            last, since = ticks, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
             return
         time.sleep(0.1)

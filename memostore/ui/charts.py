@@ -38,9 +38,10 @@ X_MODES = ("step", "wall", "relative")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 # Series kept as read: at most this many, holding at most this many bytes.
 _SERIES_CACHE = 512
-_SERIES_BYTES = 384 << 20
+_SERIES_BYTES = 256 << 20
 # Reduced answers kept: each is at most 4 points per pixel column of one chart.
-_REDUCED_CACHE = 2048
+_REDUCED_CACHE = 4096
+_REDUCED_BYTES = 128 << 20
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
 _COLUMNS = tuple(2**k for k in range(4, 13))  # 16 ... 4096
 # The request the runs page makes first (TensorBoard's default smoothing), prepared ahead.
@@ -92,6 +93,7 @@ class Charts:
         self._lock = threading.Lock()
         self._series: OrderedDict[tuple[str, str], Series] = OrderedDict()
         self._bytes = 0
+        self._reduced_bytes = 0
         self._loading: dict[tuple[str, str], threading.Event] = {}
         self._reduced: OrderedDict[tuple[Any, ...], _Answer] = OrderedDict()
         self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="memostore-ui-series")
@@ -186,7 +188,8 @@ class Charts:
                 if stats.get("kind") != "scalar":
                     continue
                 with self._lock:
-                    full = self._bytes >= _SERIES_BYTES or len(self._series) >= _SERIES_CACHE
+                    full = len(self._reduced) >= _REDUCED_CACHE
+                    full = full or self._reduced_bytes >= _REDUCED_BYTES
                 if full:
                     return
                 with contextlib.suppress(BadRequest, MemostoreError, OSError):
@@ -268,9 +271,22 @@ class Charts:
             buckets = columns_for(buckets)
         settings = (x_mode, smoothing, float(weight), window, buckets)
         held = after or {}
-        if len(runs) > 1:
-            return list(self._pool.map(lambda r: self._one(r, tag, settings, held), runs))
-        return [self._one(r, tag, settings, held) for r in runs]
+        # Answers kept are taken here; only the others go to the pool.
+        found: dict[str, _Answer | None] = {}
+        with self._lock:
+            for run in runs:
+                key = (run, tag, *settings)
+                kept = None if run in held else self._reduced.get(key)
+                if kept is not None:
+                    self._reduced.move_to_end(key)
+                found[run] = kept
+        missing = [r for r, a in found.items() if a is None]
+        if len(missing) > 1:
+            computed = self._pool.map(lambda r: self._one(r, tag, settings, held), missing)
+            found.update(zip(missing, computed, strict=True))
+        elif missing:
+            found[missing[0]] = self._one(missing[0], tag, settings, held)
+        return [found[r] for r in runs]  # type: ignore[misc]
 
     def _one(
         self, run: str, tag: str, settings: tuple[Any, ...], after: Mapping[str, int]
@@ -324,7 +340,11 @@ class Charts:
         answer = _Answer(body)
         if sealed:
             with self._lock:
+                old = self._reduced.pop(key, None)
+                self._reduced_bytes -= len(old.encoded) if old is not None else 0
                 self._reduced[key] = answer
-                while len(self._reduced) > _REDUCED_CACHE:
-                    self._reduced.popitem(last=False)
+                self._reduced_bytes += len(answer.encoded)
+                while len(self._reduced) > _REDUCED_CACHE or self._reduced_bytes > _REDUCED_BYTES:
+                    _, dropped = self._reduced.popitem(last=False)
+                    self._reduced_bytes -= len(dropped.encoded)
         return answer
