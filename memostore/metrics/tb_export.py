@@ -89,13 +89,15 @@ def run_dirs(names: dict[str, str], functions: dict[str, str]) -> dict[str, str]
         names: evaluation id -> display name (:func:`memostore.inspect.names.display_names`).
         functions: evaluation id -> function, for a name that leaves no directory.
     """
-    out = {}
+    out: dict[str, str] = {}
     for evaluation_id, name in names.items():
         parts = [p.strip("_") for p in safe_dir(name.replace(" ", "_")).split("/")]
         where = "/".join(p for p in parts if p)
         if not where:
             short = re.sub(r"[^A-Za-z0-9._-]+", "_", functions[evaluation_id]).strip("._")
             where = f"{short or 'evaluation'}-{evaluation_id[:12]}"
+        elif where in out.values():
+            where = f"{where}_{evaluation_id[:8]}"  # two names that differ only in odd characters
         out[evaluation_id] = where
     return out
 
