@@ -113,6 +113,7 @@ def log(
         )
     out = Output()
     records, problems, running = _records(state, function)
+    _add_names(records)
     # Only where shown or sorted on: a plain listing of a big store does not read the log.
     uses = _add_last_use(state, records) if as_json or sort == "last-used" else {}
     for evaluation_id, reason in sorted(problems.items()):
@@ -166,6 +167,15 @@ def _records(
         live = [r.record() for r in running]
         records = sorted(live + records, key=lambda r: -(r.get("started") or 0.0))
     return records, problems, {r.run_id: r for r in running}
+
+
+def _add_names(records: list[dict[str, Any]]) -> None:
+    """Set each record's ``name``, as the evaluations listed together name each other."""
+    from memostore.records.names import display_names
+
+    names = display_names(records)
+    for record in records:
+        record["name"] = names[record["id"]]
 
 
 def _add_last_use(state: State, records: list[dict[str, Any]]) -> dict[str, float]:
@@ -303,7 +313,8 @@ def _status_text(record: dict[str, Any]) -> str:
 
 def _args_text(record: dict[str, Any]) -> str:
     summary = record.get("args_summary")
-    if summary is None:
+    if not summary:
+        # A standalone run has no call: its arguments are the hyper-parameters it logged.
         summary = {k: repr(v) for k, v in (record.get("args") or {}).items()}
     return ", ".join(f"{name}={text}" for name, text in summary.items())
 
@@ -323,9 +334,13 @@ def _print_lines(
 ) -> None:
     from .graph import graph_rows
 
+    # TensorBoard's run names, in a column of their own when any listed evaluation has one
+    # (the others are named by their function and arguments, which the line shows).
+    runs = any(r.get("run_name") for r in records)
     rows = [
-        [
-            r["id"][:10],
+        [r["id"][:10]]
+        + ([r["name"] if r.get("run_name") else ""] if runs else [])
+        + [
             r["function"],
             _args_text(r),
             _status_text(r),
@@ -348,7 +363,7 @@ def _print_lines(
         for connector in before:
             out.line(connector.rstrip(), style="yellow")
         status_style = STATUS_STYLE.get(str(record.get("status")), "magenta")
-        styles = ["yellow", "bold", None, status_style, "dim", "dim"]
+        styles = ["yellow", *(["cyan"] if runs else []), "bold", None, status_style, "dim", "dim"]
         styles += ["dim", "cyan"] if show_use else []
         parts: list[tuple[str, str | None]] = [(prefix, "yellow")]
         for i, (cell, style) in enumerate(zip(cells, styles, strict=True)):
@@ -369,7 +384,8 @@ def _print_table(
             if name not in hparams:
                 hparams.append(name)
     stats = ("last", "min")
-    columns = ["id", "function", "status", "created", "duration_s" if fmt == "csv" else "duration"]
+    columns = ["id", "name", "function", "status", "created"]
+    columns += ["duration_s" if fmt == "csv" else "duration"]
     columns += ["last_used", "hits"] if show_use and fmt == "csv" else []
     columns += ["last used", "hits"] if show_use and fmt != "csv" else []
     columns += hparams + [f"{tag}:{stat}" for tag in tags for stat in stats]
@@ -381,7 +397,8 @@ def _print_table(
         ]
         if fmt == "csv":
             rows.append(
-                [r["id"], r["function"], r.get("status"), r.get("created"), r.get("duration_s")]
+                [r["id"], r["name"], r["function"], r.get("status"), r.get("created")]
+                + [r.get("duration_s")]
                 + ([r.get("last_used"), r.get("hits")] if show_use else [])
                 + [_cell(args.get(h)) for h in hparams]
                 + [_csv_number(v) for v in metric_cells]
@@ -390,6 +407,7 @@ def _print_table(
             rows.append(
                 [
                     r["id"][:10],
+                    r["name"],
                     r["function"],
                     _status_text(r),
                     age(r.get("started")),
@@ -404,7 +422,7 @@ def _print_table(
     elif fmt == "md":
         click.echo(markdown_table(columns, rows), nl=False)
     else:
-        out.table(columns, rows, styles=["yellow", None, None, "dim", "dim"])
+        out.table(columns, rows, styles=["yellow", "cyan", None, None, "dim", "dim"])
 
 
 def _cell(value: Any) -> str:

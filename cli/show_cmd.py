@@ -62,7 +62,7 @@ def _add_last_use(state: State, record: dict[str, Any]) -> None:
 
 def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
     """The show record of a running evaluation and its metrics reader (None if it ended)."""
-    from memostore.inspect.inspection import running_show_record
+    from memostore.inspect.inspection import evaluation_name, running_show_record
 
     try:
         logs = run.logs()
@@ -71,7 +71,9 @@ def _running_record(run: Any) -> tuple[dict[str, Any], Any]:
     if logs is not None:
         logs.poll()
         logs.close()
-    return running_show_record(run, logs), logs
+    record = running_show_record(run, logs)
+    record["name"] = evaluation_name(run.store, record)
+    return record, logs
 
 
 def print_record(out: Output, record: dict[str, Any], state: State, live: Any = None) -> None:
@@ -81,6 +83,7 @@ def print_record(out: Output, record: dict[str, Any], state: State, live: Any = 
     status = str(record.get("status"))
     out.styled([("evaluation ", "yellow"), (record["id"], "yellow")])
     rows = [
+        ("name", str(record.get("name"))),
         ("function", str(record.get("function"))),
         ("status", status),
         ("created", f"{record.get('created')} ({age(record.get('started'))})"),

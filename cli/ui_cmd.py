@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
 from .output import warn
@@ -28,8 +31,9 @@ def ui(state: State, host: str, port: int) -> None:
 
     Prints the URL it serves on its first line, then serves until interrupted
     (Ctrl-C). Pages: the runs table with charts of the selected runs, one
-    evaluation, the diff of two, the lineage graph. It needs the 'ui' extra
-    (pip install 'memostore[ui]').
+    evaluation, the diff of two, the lineage graph. With no store there yet,
+    it serves a page saying how to log a first run, and shows the store once
+    it appears. It needs the 'ui' extra (pip install 'memostore[ui]').
     """
     from memostore.ui import INSTALL_HINT, missing_requirements
 
@@ -38,7 +42,16 @@ def ui(state: State, host: str, port: int) -> None:
         raise click.ClickException(
             f"memostore ui needs {', '.join(missing)}: install them with {INSTALL_HINT}"
         )
-    store = state.store
+    from memostore.errors import StoreNotFound
+    from memostore.odb.store import default_store_path
+
+    try:
+        store: Any = state.store
+    except StoreNotFound:
+        # Served anyway, as TensorBoard serves an empty log directory: the page says
+        # how to log a first run, and shows the store as soon as one appears there.
+        store = state.store_path or default_store_path(create=False)
+        store = Path(store).expanduser().absolute()
     if host not in ("127.0.0.1", "localhost", "::1"):
         warn(
             f"serving on {host}: anyone who can reach this address can read the store "

@@ -488,3 +488,56 @@ def test_a_lone_surrogate_is_refused_with_the_fix_and_a_result_holding_one_retur
 
     with pytest.warns(MemostoreWarning, match="lone surrogate"):
         assert broken(2) == "x\udc80x\udc80"  # not stored, still returned
+
+
+LINEAGE = """
+import sys
+import numpy as np
+from memostore import memo
+
+@memo
+def as_dict(n: int):
+    return {"w": np.arange(float(n)), "b": np.zeros(2)}
+
+@memo
+def as_list(n: int):
+    return [np.arange(float(n)), np.zeros(2)]
+
+@memo
+def as_tuple(n: int):
+    return np.arange(float(n)), np.zeros(2)
+
+@memo
+def nested(n: int):
+    return {"model": {"layer": np.arange(float(n))}}
+
+@memo
+def use(x, source: str, session: str) -> int:
+    return 1
+
+use(as_dict(3)["w"], "dict", sys.argv[1])
+use(as_list(3)[0], "list", sys.argv[1])
+use(as_tuple(3)[1], "tuple", sys.argv[1])
+use(nested(3)["model"]["layer"], "nested", sys.argv[1])
+"""
+
+
+def test_lineage_keeps_the_pieces_of_a_result_restored_by_a_hit(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    from memostore.inspect.inspection import log_records
+
+    script = write_script(tmp_path, "lineage.py", LINEAGE)
+    env = {"MEMOSTORE_DIR": str(store_dir)}
+    run_script(script, "computed", env=env)
+    run_script(script, "restored", env=env)  # the producers are hits now
+    records, _ = log_records(Store(store_dir, create=False))
+    producers = {
+        r["function"].split(":")[1]: r["id"] for r in records if "use" not in r["function"]
+    }
+    sources = {"dict": "as_dict", "list": "as_list", "tuple": "as_tuple", "nested": "nested"}
+    uses = [r for r in records if r["function"].endswith(":use")]
+    assert len(uses) == 8 and len(producers) == 4
+    for record in uses:
+        expected = producers[sources[record["args"]["source"]]]
+        assert record["parents"] == [expected], (record["args"], record["parents"])

@@ -277,8 +277,19 @@ def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict
     # keeps the hyper-parameters and their metrics in the evaluation's run.
     theirs["hparams_run"] = _hparams(_session_run(root / "torch"))
     ours["hparams_run"] = _hparams(_session_run(exported))
-    ours["main_session"] = _hparams(exported)
+    theirs["main_hparams"] = _hparams_tags(root / "torch")
+    ours["main_hparams"] = _hparams_tags(exported)
     return theirs, ours
+
+
+def _hparams_tags(run_dir: Path) -> list[str]:
+    acc = EventAccumulator(str(run_dir), size_guidance=_ALL)
+    acc.Reload()
+    return (
+        sorted(acc.PluginTagToContent("hparams"))
+        if "hparams" in acc._plugin_to_tag_to_content
+        else []
+    )
 
 
 def _session_run(run_dir: Path) -> Path:
@@ -355,11 +366,29 @@ def test_hparams_are_a_session_run_as_torchs_writer_writes_it(both: Any) -> None
     assert ours["hparams_run"] == theirs["hparams_run"]
 
 
-def test_the_main_run_is_the_evaluation_as_a_session(both: Any) -> None:
-    _, ours = both
-    # The memoised call's scalar argument and the add_hparams values.
-    assert set(ours["main_session"]["hparams"]) == {"base", "lr", "bsize", "opt", "nesterov"}
-    assert "loss" in ours["main_session"]["metrics"]
+def test_the_main_run_is_no_session_beside_add_hparams_sessions(both: Any) -> None:
+    theirs, ours = both
+    # Each add_hparams call is a session, and nothing else is: as torch writes it.
+    assert theirs["main_hparams"] == ours["main_hparams"] == []
+
+
+@memo
+def scored(lr: float, opt: str) -> int:
+    with MemoWriter() as w:
+        w.add_scalar("loss", lr, 0)
+    return 1
+
+
+def test_an_evaluation_without_add_hparams_is_a_session_of_its_arguments(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    scored(0.5, "sgd")
+    evaluation = scored.lookup(0.5, "sgd")
+    assert evaluation is not None
+    (run_dir,) = export_tensorboard(Store(store_dir, create=False), [evaluation.id], tmp_path)
+    session = _hparams(run_dir)
+    assert session["hparams"] == {"lr": 0.5, "opt": "sgd"}
+    assert session["metrics"] == ["loss"]
 
 
 # -- methods that need an optional package -----------------------------------------------------
@@ -441,3 +470,60 @@ def test_onnx_graph_without_onnx_raises_what_torch_raises(tmp_path: Path, store_
         w.add_onnx_graph("model.onnx")
     assert type(ours.value) is type(theirs.value)
     assert str(ours.value) == str(theirs.value)
+
+
+# -- several runs, as TensorBoard's HParams tab shows them --------------------------------------
+GRID = [(0.1, 1), (0.1, 2), (0.01, 1), (0.01, 2), (0.3, 4)]
+
+
+def log_grid_run(w: Any, lr: float, seed: int) -> None:
+    """One run of a TensorBoard user's sweep: curves, then add_hparams with its result."""
+    for step in range(20):
+        w.add_scalar("train/loss", float(np.exp(-lr * step)) + seed * 0.01, step)
+        w.add_scalar("val/acc", 1 - float(np.exp(-lr * step)), step)
+    w.add_hparams({"lr": lr, "seed": seed}, {"hparam/val_acc": 1 - float(np.exp(-lr * 20))})
+
+
+def test_a_sweep_exports_the_runs_and_hparams_sessions_torchs_writer_makes(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    import tb_reader
+
+    for lr, seed in GRID:
+        with TorchWriter(str(tmp_path / "torch" / "runs" / f"lr{lr}_seed{seed}")) as w:
+            log_grid_run(w, lr, seed)
+        # Outside any memoised call: each writer is a run evaluation of its own.
+        with MemoWriter(str(tmp_path / "memo" / "runs" / f"lr{lr}_seed{seed}")) as w:
+            log_grid_run(w, lr, seed)
+    store = Store(store_dir, create=False)
+    ids = [e for name, e in store.iter_evaluation_refs() if name.startswith("runs/")]
+    assert len(ids) == len(GRID)
+    exported = tmp_path / "export"
+    export_tensorboard(store, ids, exported)
+
+    torch_runs = tmp_path / "torch" / "runs"
+    theirs, ours = tb_reader.sessions(torch_runs), tb_reader.sessions(exported)
+    # Five sessions, one per add_hparams call, with its metric: the same columns and values.
+    assert len(theirs["groups"]) == len(GRID)
+    assert theirs["metrics"] == ["hparam/val_acc"]
+    assert (
+        ours["hparams"]
+        == theirs["hparams"]
+        == {"lr": "DATA_TYPE_FLOAT64", "seed": "DATA_TYPE_FLOAT64"}
+    )
+    assert ours["metrics"] == theirs["metrics"]
+
+    def by_run(groups: list[dict[str, Any]]) -> dict[str, Any]:
+        # A session's run is <run>/<the time add_hparams was called>: the run names it.
+        return {g["name"].rsplit("/", 1)[0]: (g["hparams"], g["metrics"]) for g in groups}
+
+    assert by_run(ours["groups"]) == by_run(theirs["groups"])
+    assert set(by_run(theirs["groups"])) == {f"lr{lr}_seed{seed}" for lr, seed in GRID}
+    # One run directory per name, laid out as torch's writer lays them out.
+    assert sorted(p.name for p in exported.iterdir()) == sorted(
+        p.name for p in torch_runs.iterdir()
+    )
+    theirs_scalars, ours_scalars = tb_reader.scalars(torch_runs), tb_reader.scalars(exported)
+    assert {r: v for r, v in ours_scalars.items() if "/" not in r} == {
+        r: v for r, v in theirs_scalars.items() if "/" not in r
+    }

@@ -532,17 +532,12 @@ def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
             fingerprint = codec.fingerprint(obj)
             if fingerprint is not None:
                 digest_cache.put(obj, fingerprint, doc_id)
-        lineage_cache.put(obj, evaluation_id)
+        # As for a result computed: the pieces of a restored container name it too.
+        lineage_cache.put_tree(obj, evaluation_id)
 
 
 def _remember_stored(result: Any, evaluation_id: str) -> None:
-    lineage_cache.put(result, evaluation_id)
-    if isinstance(result, (tuple, list)):
-        for item in result:
-            lineage_cache.put(item, evaluation_id)
-    elif isinstance(result, dict):
-        for item in result.values():
-            lineage_cache.put(item, evaluation_id)
+    lineage_cache.put_tree(result, evaluation_id)
 
 
 @overload

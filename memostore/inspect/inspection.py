@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
 from ..odb import index
-from ..odb.index import call_arguments, iso_time
+from ..odb.index import iso_time
 from ..odb.objects import KIND_CODE
 from ..odb.revisions import find_function, listed_evaluations
 from ..odb.tags import tags_naming
+from ..records.names import call_arguments, display_names
 from ..values.summaries import summarize_arguments, summarize_value
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def log_record(entry: Mapping[str, Any]) -> dict[str, Any]:
         "result": entry.get("result_summary"),
         "error": entry.get("error"),
         "logs": entry.get("logs"),
+        "run_name": entry.get("run_name"),
         "refs": list(entry.get("refs") or []),
     }
 
@@ -204,10 +206,27 @@ def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> d
     record["payloads"] = dict(body.get("payloads") or {})
     record["refs"] = refs_naming(store, evaluation_id, body)
     record["tags"] = tags_naming(store, evaluation_id)
+    record["name"] = evaluation_name(store, record)
     if evaluation_id not in entries:
         # Index it while we hold it: later listings need not read it again.
         index.record(store, evaluation_id, body)
     return record
+
+
+def evaluation_name(store: Store, record: Mapping[str, Any]) -> str:
+    """The name of *record* among the recorded evaluations of its function (see :mod:`.names`).
+
+    As ``memostore log FUNCTION`` names it: ``train lr=0.1`` where the
+    function's evaluations differ in ``lr``, or its TensorBoard run's name.
+    """
+    function = record.get("function")
+    try:
+        listed, _ = listed_evaluations(store, functions=[function]) if function else ([], {})
+    except MemostoreError:
+        listed = []
+    others = [log_record(e) for e in listed if e["id"] != record["id"]]
+    mine = {**record, "args": call_arguments(record) if "hparams" in record else record["args"]}
+    return display_names([mine, *others])[record["id"]]
 
 
 def refs_naming(store: Store, evaluation_id: str, body: Mapping[str, Any]) -> list[str]:

@@ -102,6 +102,11 @@ def _open(ctx: EvalContext) -> Journal:
     journal = Journal(directory, header_for(ctx, linked))
     ctx.state[STATE_KEY] = journal
     ctx.add_finalizer(finalize)
+    if ctx.key is None:
+        # A standalone run: no call records its script's arguments and code.
+        from .script import begin as note_script
+
+        note_script(ctx)
     return journal
 
 
@@ -114,7 +119,13 @@ def begin(ctx: EvalContext) -> None:
 
 
 def finalize(ctx: EvalContext, status: str) -> dict[str, Any]:
-    """Seal *ctx*'s journal into a logs document: ``{"logs": id}``, or ``{}`` if empty."""
+    """Seal *ctx*'s journal into a logs document.
+
+    Returns:
+        ``{"logs": id, "run_name": name}`` (``run_name``: the TensorBoard run
+        the evaluation is known by, see :func:`.runs.evaluation_run`; absent
+        when it has none), or ``{}`` if nothing was logged.
+    """
     journal: Journal | None = ctx.state.get(STATE_KEY)
     if journal is None or journal.sealed:
         return {}
@@ -130,7 +141,13 @@ def finalize(ctx: EvalContext, status: str) -> dict[str, Any]:
     if logs_id is None:
         return {}
     ctx.links.docs.add(logs_id)
-    return {"logs": logs_id}
+    from .runs import evaluation_run
+
+    fields: dict[str, Any] = {"logs": logs_id}
+    name = evaluation_run(contents.events, standalone=ctx.key is None)
+    if name is not None:
+        fields["run_name"] = name
+    return fields
 
 
 __all__ = ["STATE_KEY", "begin", "finalize", "header_for", "journal_for", "recover_once"]

@@ -25,6 +25,7 @@ import numpy as np
 
 from .event_kinds import TAG_KINDS
 from .journal import Contents, parse_into
+from .runs import NAME_EVENT, RUN_EVENT, evaluation_run, run_records
 
 if TYPE_CHECKING:
     pass
@@ -123,6 +124,7 @@ class LiveLogs:
         self._scalars: dict[str, _Scalars] = {}
         self._events: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._hparams: list[dict[str, Any]] = []
+        self._declared: list[dict[str, Any]] = []  # runs and their tags' names
 
     # -- reading ----------------------------------------------------------------------------
     def poll(self) -> dict[str, int]:
@@ -178,6 +180,8 @@ class LiveLogs:
             kind = event.get("kind")
             if kind == "hparams":
                 self._hparams.append(event)
+            elif kind in (RUN_EVENT, NAME_EVENT):
+                self._declared.append(event)
             elif kind in TAG_KINDS and "tag" in event:
                 # A tagged point (text, histogram, image, audio, ...), as sealing
                 # keeps them; other events (runs, names, styles) are no points.
@@ -296,6 +300,14 @@ class LiveLogs:
             {k: v for k, v in e.items() if k not in ("kind", "tag")}
             for e in self._events[(name, kind)]
         ]
+
+    def runs(self) -> dict[str, Any]:
+        """The ``runs`` and ``sessions`` lists declared so far, as sealing will write them."""
+        return run_records([*self._declared, *self._hparams])
+
+    def run_name(self, standalone: bool) -> str | None:
+        """The TensorBoard run the evaluation is known by (:func:`.runs.evaluation_run`)."""
+        return evaluation_run(self._declared, standalone)
 
     def hparams(self) -> dict[str, Any]:
         """``{"hparams", "metrics", "domains"}`` recorded by ``add_hparams`` so far."""

@@ -170,6 +170,7 @@ def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: 
     from ..odb.objects import canonical_json
     from ..odb.refs import ref_part
     from ..records.evaluation import evaluation_doc, failed_ref_name
+    from .runs import evaluation_run
     from .seal import json_safe, seal
 
     logs_id = None if contents.empty else seal(store.objects, contents)
@@ -207,6 +208,9 @@ def _record(store: Store, header: dict[str, Any], contents: jr.Contents, mtime: 
         "payloads": {},
         "logs": logs_id,
     }
+    name = evaluation_run(contents.events, standalone=not key)
+    if logs_id is not None and name is not None:
+        fields["run_name"] = name
     canonical_json(fields)  # fail here, before anything is published, if not JSON-safe
     doc = evaluation_doc(fields, Links())
     store.objects.add_doc(doc)

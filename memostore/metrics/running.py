@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import MemostoreError, RevisionNotFound
-from .journal import JOURNAL_SUFFIX, read_header
+from .journal import JOURNAL_SUFFIX, Contents, parse_into, read_header
+from .runs import evaluation_run
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 _HEX = frozenset("0123456789abcdef")
 # A memoised call's record is stamped a moment after its journal's header.
 _STARTED_SLACK_S = 1e-3
+# How much of a journal is read for its run name: a writer declares its run with
+# its first point, so the declaration is near the start.
+_RUN_SCAN_BYTES = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ class RunningEvaluation:
     @property
     def args(self) -> dict[str, Any]:
         """Arguments by name: scalars as values, anything else as a summary line."""
-        from ..odb.index import call_arguments
+        from ..records.names import call_arguments
 
         return call_arguments({"hparams": self.hparams, "args_summary": self.args_summary})
 
@@ -98,6 +102,18 @@ class RunningEvaluation:
     def process(self) -> dict[str, Any]:
         """``{"host", "pid", "argv", "cwd", "python"}`` of the process running it."""
         return dict(self.header.get("process") or {})
+
+    @property
+    def run_name(self) -> str | None:
+        """The TensorBoard run it is known by (:func:`.runs.evaluation_run`), once declared."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(_RUN_SCAN_BYTES)
+        except OSError:
+            return None
+        contents = Contents()
+        parse_into(contents, data)
+        return evaluation_run(contents.events, standalone=self.key is None)
 
     def logs(self) -> LiveLogs:
         """Its metrics so far, read incrementally from the journal (see :class:`.LiveLogs`)."""
@@ -130,11 +146,78 @@ class RunningEvaluation:
             "result": None,
             "error": None,
             "logs": None,
+            "run_name": self.run_name,
             "refs": [],
             "host": process.get("host"),
             "pid": process.get("pid"),
             "seen_s_ago": max(0.0, now - self.last_seen),
         }
+
+
+@dataclass(frozen=True)
+class OrphanedEvaluation(RunningEvaluation):
+    """An evaluation whose process died: its journal is there, not sealed yet.
+
+    Listed as ``interrupted``, as it will be recorded once a process that
+    writes to the store recovers it (:mod:`.recover`); a reader that writes
+    nothing (the dashboard) shows it so meanwhile, named by its run id.
+    """
+
+    status: ClassVar[str] = "interrupted"
+
+    def record(self, now: float | None = None) -> dict[str, Any]:
+        """As :meth:`RunningEvaluation.record`, ending when its journal was last written."""
+        record = super().record(self.last_seen)
+        record["error"] = "memostore.ProcessDied"
+        record.pop("seen_s_ago", None)
+        return record
+
+
+def journal_evaluations(store: Store) -> tuple[list[RunningEvaluation], list[OrphanedEvaluation]]:
+    """The evaluations *store*'s journals hold: (running, orphaned), each newest first.
+
+    Reads each journal's header and nothing else; recovers nothing.
+    """
+    if store.root is None:
+        return [], []
+    directory = store.root / "journal"
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], []
+    from .recover import writer_alive
+
+    now = time.time()
+    found: list[RunningEvaluation] = []
+    orphans: list[OrphanedEvaluation] = []
+    for name in sorted(names):
+        if not name.endswith(JOURNAL_SUFFIX):
+            continue
+        path = directory / name
+        try:
+            # Non-blocking: a FIFO given a journal's name must not hang a listing.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue  # sealed and removed meanwhile, or unreadable
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            header = read_header(fd)
+            if not isinstance(header, dict):
+                continue
+            run_id = name[: -len(JOURNAL_SUFFIX)]
+            seen = os.fstat(fd).st_mtime
+            if writer_alive(fd, header, now):
+                found.append(RunningEvaluation(store, run_id, path, header, seen))
+            else:
+                orphans.append(OrphanedEvaluation(store, run_id, path, header, seen))
+        except (OSError, ValueError):
+            continue
+        finally:
+            os.close(fd)
+    found.sort(key=lambda r: (-r.started, r.run_id))
+    orphans.sort(key=lambda r: (-r.started, r.run_id))
+    return found, orphans
 
 
 def running_evaluations(
@@ -151,47 +234,11 @@ def running_evaluations(
         from ..odb.store import Store
 
         store = Store.default(create=False)
-    if store.root is None:
-        return []
-    directory = store.root / "journal"
-    try:
-        names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    from .recover import writer_alive
-
-    now = time.time()
-    found: list[RunningEvaluation] = []
-    orphans = False
-    for name in sorted(names):
-        if not name.endswith(JOURNAL_SUFFIX):
-            continue
-        path = directory / name
-        try:
-            # Non-blocking: a FIFO given a journal's name must not hang a listing.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            continue  # sealed and removed meanwhile, or unreadable
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            header = read_header(fd)
-            if not isinstance(header, dict):
-                continue
-            if writer_alive(fd, header, now):
-                run_id = name[: -len(JOURNAL_SUFFIX)]
-                found.append(RunningEvaluation(store, run_id, path, header, os.fstat(fd).st_mtime))
-            else:
-                orphans = True
-        except (OSError, ValueError):
-            continue
-        finally:
-            os.close(fd)
+    found, orphans = journal_evaluations(store)
     if orphans and recover:
         from .recover import recover_orphans
 
         recover_orphans(store)
-    found.sort(key=lambda r: (-r.started, r.run_id))
     return found
 
 
@@ -342,7 +389,9 @@ def _counted_back(
 
 
 __all__ = [
+    "OrphanedEvaluation",
     "RunningEvaluation",
+    "journal_evaluations",
     "recorded_evaluation",
     "resolve_running",
     "running_evaluations",

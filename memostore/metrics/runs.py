@@ -23,13 +23,17 @@ once (``{"kind": "run_tag", ...}``); sealing (:func:`annotate`) turns them into
 the logs document's ``runs`` list and ``sessions`` list::
 
     "runs": [{"name", "log_dir", "kind": "writer" | "scalars" | "hparams",
-              "parent", "dir", "purge_step", "tags": {name: tag}}, ...],
+              "parent", "dir", "purge_step", "default_dir", "tags": {name: tag}}, ...],
     "sessions": [{"run", "hparams", "metrics": [tag, ...], "names": [name, ...],
                   "domains", "step", "wall"}, ...]
 
 ``dir`` is where ``export tensorboard`` writes the run, relative to the
-evaluation's directory (``""`` for the first run). Logs sealed before runs
-existed have neither list: all their points are one run.
+evaluation's directory (``""`` for the first run); ``default_dir`` is true for
+a writer given no ``log_dir`` (TensorBoard's ``runs/<date>_<host><comment>``).
+Logs sealed before runs existed have neither list: all their points are one run.
+
+:func:`evaluation_run` names the run an evaluation is known by in TensorBoard
+(its record's ``run_name``, see :mod:`memostore.records.names`).
 
 Nothing in this module performs I/O except :func:`logged_counts`, which
 reads the caller's own journal.
@@ -44,12 +48,16 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .journal import Contents, Journal, parse
 
-if TYPE_CHECKING:
-    from ..records.context import EvalContext
+
+class _WithState(Protocol):
+    """What :func:`registry_for` needs of an evaluation context: its scratch space."""
+
+    state: dict[str, Any]
+
 
 STATE_KEY = "memostore.metrics.runs"
 RUN_EVENT = "run"
@@ -85,12 +93,14 @@ class Run:
         kind: ``writer`` (a SummaryWriter), ``scalars`` (an add_scalars key) or
             ``hparams`` (an add_hparams session).
         parent: the name of the writer's run, for the other two kinds.
+        default_dir: the writer was given no ``log_dir`` (it made TensorBoard's default).
     """
 
     name: str
     log_dir: str
     kind: str = "writer"
     parent: str | None = None
+    default_dir: bool = False
 
     def child(self, sub: str, kind: str) -> Run:
         """The sub-run *sub* below this run (torch joins the paths the same way)."""
@@ -146,6 +156,8 @@ class RunNames:
         }
         if purge_step is not None:
             event["purge_step"] = int(purge_step)
+        if run.default_dir:
+            event["default_dir"] = True
         journal.add_event(event)
 
     def name(
@@ -200,7 +212,7 @@ class RunNames:
             return list(self.by_run.get(run, ()))
 
 
-def registry_for(ctx: EvalContext) -> RunNames:
+def registry_for(ctx: _WithState) -> RunNames:
     """The run names of the evaluation *ctx* (made on first use)."""
     names = ctx.state.get(STATE_KEY)
     if names is None:
@@ -237,10 +249,22 @@ def annotate(contents: Contents) -> dict[str, Any]:
     Returns ``{}`` for a journal without runs (``memostore.log`` only, or an
     older writer), so such logs are sealed exactly as before.
     """
+    purges = [(i, e) for i, e in enumerate(contents.events) if e.get("kind") == PURGE_EVENT]
+    out = run_records(contents.events)
+    if out and purges:
+        _purge(contents, purges)
+    return out
+
+
+def run_records(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The ``runs`` and ``sessions`` lists that journal *events* declare (``{}``: no runs).
+
+    What sealing writes into the logs document, read from a journal as it is
+    (a running evaluation's too: :class:`.live.LiveLogs`).
+    """
     runs: dict[str, dict[str, Any]] = {}
     sessions: list[dict[str, Any]] = []
-    purges: list[tuple[int, dict[str, Any]]] = []
-    for index, event in enumerate(contents.events):
+    for event in events:
         kind = event.get("kind")
         if kind == RUN_EVENT:
             runs.setdefault(event["run"], _run_record(event))
@@ -248,8 +272,6 @@ def annotate(contents: Contents) -> dict[str, Any]:
             record = runs.get(event["run"])
             if record is not None:
                 record["tags"][event["name"]] = event["tag"]
-        elif kind == PURGE_EVENT:
-            purges.append((index, event))
         elif kind == "hparams" and event.get("run") is not None:
             sessions.append(
                 {
@@ -264,8 +286,6 @@ def annotate(contents: Contents) -> dict[str, Any]:
             )
     if not runs:
         return {}
-    if purges:
-        _purge(contents, purges)
     first = next(iter(runs))
     for record in runs.values():
         record["dir"] = label(record["name"], first)
@@ -285,7 +305,27 @@ def _run_record(event: dict[str, Any]) -> dict[str, Any]:
     }
     if event.get("purge_step") is not None:
         record["purge_step"] = event["purge_step"]
+    if event.get("default_dir"):
+        record["default_dir"] = True
     return record
+
+
+def evaluation_run(events: Iterable[dict[str, Any]], standalone: bool) -> str | None:
+    """The TensorBoard run an evaluation is known by, from its journal *events*; or None.
+
+    That is its first writer's run: always for a standalone run evaluation
+    (TensorBoard shows nothing else for it), and for a memoised call only when
+    the writer was given its ``log_dir`` (a default one names the moment the
+    writer was made, not the call: the call is named by its arguments).
+    """
+    for event in events:
+        if event.get("kind") != RUN_EVENT or event.get("run_kind", "writer") != "writer":
+            continue
+        name = event.get("run")
+        if not isinstance(name, str):
+            return None
+        return name if standalone or not event.get("default_dir") else None
+    return None
 
 
 def _purge(contents: Contents, purges: list[tuple[int, dict[str, Any]]]) -> None:
@@ -382,6 +422,7 @@ __all__ = [
     "Run",
     "RunNames",
     "annotate",
+    "evaluation_run",
     "export_plan",
     "journal_contents",
     "label",
@@ -389,5 +430,6 @@ __all__ = [
     "purge_event",
     "registry_for",
     "run_path",
+    "run_records",
     "safe_dir",
 ]

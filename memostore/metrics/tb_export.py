@@ -1,14 +1,25 @@
 """Writing evaluations' logs as TensorBoard event files.
 
-Each evaluation becomes one run directory, ``<logdir>/<function>-<id prefix>``,
-holding one event file with every point it logged, written as
-``torch.utils.tensorboard``'s writer writes it (:mod:`.tb_media`): scalars
-as float32 ``simple_value`` (tensors when logged ``new_style``), histograms,
-images, text, audio, videos, PR curves, meshes, tensors, custom-scalar
-layouts and graphs, and the hyper-parameters, all in the same run so that
-TensorBoard's HParams view links them. Embeddings are written beside it, as
-the projector's files. Events are in wall-time order across tags, each tag's
-in logged order.
+Each evaluation becomes one run directory, ``<logdir>/<name>``, named as the
+evaluations exported together name each other (:mod:`memostore.records.names`):
+TensorBoard's own run name for a writer's run (``lr0.1_seed4`` for
+``runs/lr0.1_seed4``), else the function and the arguments that differ
+(``train_lr=0.1``). Below it, the sub-runs torch's writer makes are laid out
+as it lays them out: one per ``add_scalars`` key and one per ``add_hparams``
+call (:func:`.runs.export_plan`). Each run holds one event file of the
+evaluation (``events.out.tfevents.<time>.<host>.<pid>.<id prefix>.memostore``;
+exporting again replaces it) with every point it logged, written as
+``torch.utils.tensorboard``'s writer writes it (:mod:`.tb_media`): scalars as
+float32 ``simple_value`` (tensors when logged ``new_style``), histograms,
+images, text, audio, videos, PR curves, meshes, tensors, custom-scalar layouts
+and graphs. Embeddings are written beside them, as the projector's files.
+Events are in wall-time order across tags, each tag's in logged order.
+
+Hyper-parameters (:mod:`.tb_hparams`): each ``add_hparams`` call is a session
+of its own run, exactly as torch writes it, so TensorBoard's HParams tab shows
+the same sessions for the export as for torch's files. An evaluation that
+called ``add_hparams`` nowhere is one session of its main run instead, its
+call's scalar arguments as hyper-parameters and its scalars as metrics.
 
 Needs the ``tensorboard`` package (``pip install 'memostore[tensorboard]'``);
 nothing else in memostore does.
@@ -29,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MemostoreError
 from . import tb_hparams, tb_media
 from .read import load_events, load_manifest, load_series
-from .runs import export_plan
+from .runs import export_plan, safe_dir
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -71,11 +82,24 @@ def require_tensorboard() -> None:
     _protos()
 
 
-def run_name(function: str, evaluation_id: str) -> str:
-    """The run directory name of an evaluation: ``<short function>-<12 hex digits>``."""
-    short = function.split(":", 1)[-1] if ":" in function else function
-    short = re.sub(r"[^A-Za-z0-9._-]+", "_", short).strip("._") or "evaluation"
-    return f"{short}-{evaluation_id[:12]}"
+def run_dirs(names: dict[str, str], functions: dict[str, str]) -> dict[str, str]:
+    """The directory (relative to the export's) of each evaluation, from its display name.
+
+    Args:
+        names: evaluation id -> display name (:func:`memostore.records.names.display_names`).
+        functions: evaluation id -> function, for a name that leaves no directory.
+    """
+    out: dict[str, str] = {}
+    for evaluation_id, name in names.items():
+        parts = [p.strip("_") for p in safe_dir(name.replace(" ", "_")).split("/")]
+        where = "/".join(p for p in parts if p)
+        if not where:
+            short = re.sub(r"[^A-Za-z0-9._-]+", "_", functions[evaluation_id]).strip("._")
+            where = f"{short or 'evaluation'}-{evaluation_id[:12]}"
+        elif where in out.values():
+            where = f"{where}_{evaluation_id[:8]}"  # two names that differ only in odd characters
+        out[evaluation_id] = where
+    return out
 
 
 def export_tensorboard(
@@ -88,15 +112,29 @@ def export_tensorboard(
     """
     p = _protos()
     from ..records.evaluation import Evaluation
+    from ..records.names import call_arguments, display_names
 
-    out: list[Path] = []
-    for evaluation_id in evaluation_ids:
+    evaluations = []
+    for evaluation_id in dict.fromkeys(evaluation_ids):
         evaluation = Evaluation.load(store, evaluation_id)
         if not evaluation.logs_id:
             raise MemostoreError(
                 f"evaluation {evaluation_id[:12]} ({evaluation.function}) logged no metrics"
             )
-        run_dir = Path(logdir) / run_name(evaluation.function, evaluation_id)
+        evaluations.append(evaluation)
+    records = [
+        {
+            "id": e.id,
+            "function": e.function,
+            "args": call_arguments(e.doc.body),
+            "run_name": e.doc.body.get("run_name"),
+        }
+        for e in evaluations
+    ]
+    where = run_dirs(display_names(records), {e.id: e.function for e in evaluations})
+    out: list[Path] = []
+    for evaluation in evaluations:
+        run_dir = Path(logdir) / where[evaluation.id]
         _write_runs(p, store, evaluation, run_dir)
         out.append(run_dir)
     return out
@@ -106,23 +144,24 @@ def _write_runs(p: SimpleNamespace, store: Store, evaluation: Any, run_dir: Path
     """One directory per run of the evaluation, laid out as TensorBoard's writer did."""
     body = load_manifest(store, evaluation.logs_id)
     started = float(evaluation.created or time.time())
-    for sub, names, sessions in export_plan(body):
+    plan = export_plan(body)
+    # As torch's writer: each add_hparams call is a session of its own run, and only
+    # those; an evaluation without any is a session of its main run.
+    called = any(sessions for _, _, sessions in plan)
+    for sub, names, sessions in plan:
         first: list[tuple[float, Any]] = []
-        if not sub:
-            # The evaluation itself is a session of its main run: its call's
-            # scalar arguments and add_hparams values, linked to its metrics.
+        if not sub and not called:
             first = tb_hparams.evaluation_events(p, store, evaluation, started, names)
-        # Each add_hparams call is a session of its own run, as torch writes it.
         for session in sessions:
             first.extend(tb_hparams.session_events(p, session))
         where = run_dir / sub if sub else run_dir
-        _write_one(p, store, evaluation.logs_id, body.get("tags", {}), where, names, first, started)
+        _write_one(p, store, evaluation, body.get("tags", {}), where, names, first, started)
 
 
 def _write_one(
     p: SimpleNamespace,
     store: Store,
-    logs_id: str,
+    evaluation: Any,
     entries: dict[str, Any],
     directory: Path,
     names: dict[str, str],
@@ -130,10 +169,17 @@ def _write_one(
     started: float,
 ) -> None:
     """Write one run: the points of *names* (name -> the tag shown), after *first*."""
+    logs_id = evaluation.logs_id
+    mine = f".{evaluation.id[:12]}{_FILE_SUFFIX}"
     directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.glob(f"events.out.tfevents.*{_FILE_SUFFIX}"):
-        old.unlink()  # a re-export replaces its own earlier file, never the user's
-    file_name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+    for old in directory.glob(f"events.out.tfevents.*{mine}"):
+        # A re-export replaces this evaluation's earlier file: never the user's
+        # files, nor another evaluation's that shares the run.
+        old.unlink()
+    file_name = (
+        f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+        f".{evaluation.id[:12]}"
+    )
     embeddings: list[tuple[float, int, str, dict[str, Any]]] = []
     streams: list[Iterator[tuple[float, Any]]] = [iter(first)]
     for name, tag in names.items():

@@ -5,9 +5,11 @@ Two forms:
 * :func:`session_events`: one ``add_hparams`` call, written into its own run
   exactly as torch's writer writes it (experiment, session start and end,
   the metrics' scalars being in that run's points);
-* :func:`evaluation_events`: the evaluation as one session of its main run:
-  the call's scalar arguments and every ``add_hparams`` value, the
-  evaluation's start, end and status, its main run's scalars as metrics.
+* :func:`evaluation_events`: for an evaluation that called ``add_hparams``
+  nowhere, the evaluation as one session of its main run: the call's scalar
+  arguments (and hyper-parameters logged without a session, by older
+  writers), the evaluation's start, end and status, its main run's scalars
+  as metrics.
 
 Imported only by :mod:`.tb_export`, once tensorboard is known to be there.
 """

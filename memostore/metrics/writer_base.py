@@ -147,6 +147,7 @@ class WriterBase:
         event_files: bool | str | None = None,
         all_ranks: bool = False,
     ) -> None:
+        defaulted = not log_dir and not logdir
         if not log_dir:
             log_dir = logdir or default_log_dir(comment)
         rank = other_rank()  # not rank 0 of a torch.distributed job: TensorBoard's rank-0 rule
@@ -162,7 +163,9 @@ class WriterBase:
         self.filename_suffix = filename_suffix
         self._off = not write_to_disk
         self._token = next(_tokens)
-        self._run = runs.Run(runs.run_path(log_dir), os.path.abspath(os.fspath(log_dir)))
+        self._run = runs.Run(
+            runs.run_path(log_dir), os.path.abspath(os.fspath(log_dir)), default_dir=defaulted
+        )
         self._purge_pending = purge_step is not None
         self._metadata: tuple[Any, Any] | None = None
         self._cache: _Target | None = None

@@ -54,6 +54,7 @@ _FIELDS = (
     "args_summary",
     "result_summary",
     "logs",
+    "run_name",
 )
 
 
@@ -213,6 +214,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "args_summary": dict,
     "result_summary": str,
     "logs": str,
+    "run_name": str,
     "error": str,
 }
 
@@ -226,12 +228,3 @@ def iso_time(timestamp: Any) -> str | None:
         return None
     moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
     return moment.isoformat(timespec="microseconds")
-
-
-def call_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A call's arguments for listings: scalars as values, anything else as a summary line."""
-    hparams = entry.get("hparams") or {}
-    summary = entry.get("args_summary") or {}
-    return {name: hparams.get(name, text) for name, text in summary.items()} | {
-        name: value for name, value in hparams.items() if name not in summary
-    }

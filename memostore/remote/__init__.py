@@ -29,20 +29,20 @@ if TYPE_CHECKING:
     from .transfer import CorruptRemoteObject, TransferProgress
 
 _WHERE = {
-    "RemoteConfig": "config",
-    "RemoteNotFound": "config",
-    "add_remote": "config",
-    "get_remote": "config",
-    "list_remotes": "config",
-    "open_remote": "config",
-    "remove_remote": "config",
-    "set_remote_trust": "config",
-    "fetch_on_miss": "fetch",
-    "SyncReport": "sync",
-    "pull": "sync",
-    "push": "sync",
-    "CorruptRemoteObject": "transfer",
-    "TransferProgress": "transfer",
+    "RemoteConfig": "memostore.transport.config",
+    "RemoteNotFound": "memostore.transport.config",
+    "add_remote": "memostore.transport.config",
+    "get_remote": "memostore.transport.config",
+    "list_remotes": "memostore.transport.config",
+    "open_remote": "memostore.transport.config",
+    "remove_remote": "memostore.transport.config",
+    "set_remote_trust": "memostore.transport.config",
+    "fetch_on_miss": "memostore.remote.fetch",
+    "SyncReport": "memostore.remote.sync",
+    "pull": "memostore.remote.sync",
+    "push": "memostore.remote.sync",
+    "CorruptRemoteObject": "memostore.remote.transfer",
+    "TransferProgress": "memostore.remote.transfer",
 }
 
 __all__ = [
@@ -67,6 +67,6 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

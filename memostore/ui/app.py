@@ -8,6 +8,7 @@ static files are a fixed table of names.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -20,10 +21,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from .queries import BadRequest, Catalog, check_id
+from ..errors import MemostoreError
+from .charts import Charts
+from .empty import empty_page
+from .queries import FIRST_PAGE, BadRequest, Catalog, check_id
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -115,16 +119,32 @@ def allowed_hosts(host: str) -> list[str]:
     return sorted({host, f"[{host}]" if ":" in host else host, *local})
 
 
-def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
-    """The dashboard over *store*, answering requests addressed to *host* (or localhost)."""
+def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
+    """The dashboard over *store*, answering requests addressed to *host* (or localhost).
+
+    *store* may be the path of a store not made yet: the dashboard then shows
+    how to log a first run there, and the store once it appears.
+    """
     from . import pages
 
     catalog = Catalog(store)
+    charts = Charts(catalog)
     files = static_files()
-    # The table's first page is read before the first request asks for it.
-    threading.Thread(target=catalog.warm, name="memostore-ui-warm", daemon=True).start()
+
+    def warm() -> None:
+        # The table's first page is read before the first request asks for it, then
+        # the series of its runs, before a chart asks for them.
+        catalog.warm()
+        with contextlib.suppress(BadRequest, MemostoreError, OSError):
+            charts.warm(catalog.first_page(FIRST_PAGE)["rows"])
+
+    threading.Thread(target=warm, name="memostore-ui-warm", daemon=True).start()
 
     def index(request: Request) -> Response:
+        if catalog.holds_nothing():
+            empty = catalog.empty([])
+            assert empty is not None
+            return HTMLResponse(empty_page(empty), headers={"Cache-Control": "no-store"})
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     def static(request: Request) -> Response:
@@ -136,14 +156,22 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
 
     def runs(request: Request) -> Any:
         limit = request.query_params.get("limit")
-        if limit is None:
-            return catalog.runs()
-        if not limit.isdigit() or not 0 < int(limit) <= 10_000:
+        if limit is not None and (not limit.isdigit() or not 0 < int(limit) <= 10_000):
             raise BadRequest("limit is a number of rows, 1 to 10000")
-        return catalog.first_page(int(limit))
+        version = catalog.version()  # before reading: a change meanwhile is seen next poll
+        listing = catalog.runs() if limit is None else catalog.first_page(int(limit))
+        return {**listing, "version": version, "empty": catalog.empty(listing["rows"])}
 
     def live(request: Request) -> Any:
-        return {"rows": [catalog.running_row(r) for r in catalog.running()]}
+        version = catalog.version()
+        rows = catalog.live_rows()
+        return {"rows": rows, "version": version}
+
+    def sessions(request: Request) -> Any:
+        from .hparams import hparams_sessions
+
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
+        return hparams_sessions(catalog, ids)
 
     def chart(request: Request) -> Any:
         params = request.query_params
@@ -159,7 +187,7 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
             raise BadRequest("weight and buckets must be numbers") from exc
         if smoothing not in ("none", "ema", "tw-ema") or not 0.0 <= weight < 1.0:
             raise BadRequest("smooth is none, ema or tw-ema; weight in [0, 1)")
-        return catalog.chart(
+        body = charts.chart_json(
             ids,
             tag,
             x_mode=params.get("x", "step"),
@@ -169,6 +197,7 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
             buckets=buckets,
             after=_after(params.get("after")),
         )
+        return Response(body, media_type="application/json")
 
     def evaluation(request: Request) -> Any:
         return pages.evaluation_page(catalog, check_id(request.path_params["id"]))
@@ -222,6 +251,7 @@ def create_app(store: Store, host: str = "127.0.0.1") -> Starlette:
         Route("/static/{name}", static),
         Route("/api/runs", _answer(runs)),
         Route("/api/live", _answer(live)),
+        Route("/api/sessions", _answer(sessions)),
         Route("/api/chart", _answer(chart)),
         Route("/api/eval/{id}", _answer(evaluation)),
         Route("/api/events", _answer(events)),

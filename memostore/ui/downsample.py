@@ -64,19 +64,20 @@ def _bucket_extremes(
     counts = ends - starts + 1
     mins = np.minimum.reduceat(ys, starts)
     maxs = np.maximum.reduceat(ys, starts)
-    run = np.repeat(np.arange(starts.size), counts)
-    first_min = _first_per_run(run, ys == np.repeat(mins, counts), starts.size)
-    first_max = _first_per_run(run, ys == np.repeat(maxs, counts), starts.size)
+    first_min = _first_from(starts, ys == np.repeat(mins, counts))
+    first_max = _first_from(starts, ys == np.repeat(maxs, counts))
     picked = np.unique(np.concatenate([starts, ends, first_min, first_max]))
     return where[picked]
 
 
-def _first_per_run(run: np.ndarray, mask: np.ndarray, runs: int) -> np.ndarray:
+def _first_from(starts: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The first index at or after each bucket's start where *mask* holds.
+
+    Every bucket holds its own min and max, so that index lies in the bucket:
+    a search in the sorted hits, no sort.
+    """
     hits = np.flatnonzero(mask)
-    _, first = np.unique(run[hits], return_index=True)
-    out = hits[first]
-    assert out.size == runs  # every run holds its own min and max
-    return out
+    return hits[np.searchsorted(hits, starts)]
 
 
 def time_weighted_ema(x: np.ndarray, y: np.ndarray, weight: float) -> np.ndarray:
@@ -134,4 +135,6 @@ def finite_range(x: np.ndarray) -> tuple[float, float] | None:
 
 def json_floats(values: np.ndarray) -> list[float | None]:
     """Values for JSON: NaN and infinities become None (JSON has no such numbers)."""
+    if bool(np.isfinite(values).all()):
+        return values.tolist()
     return [v if math.isfinite(v) else None for v in values.tolist()]

@@ -41,7 +41,13 @@ def _running(catalog: Catalog, run_id: str) -> Any:
 
 
 def evaluation_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
-    """What ``memostore show`` prints, plus each dependency's source and the logged hparams."""
+    """What ``memostore show`` prints, plus each dependency's source and the logged hparams.
+
+    Also ``name`` (as the runs table names it) and ``runs``: ``{"runs": [{"name",
+    "log_dir", "kind", "parent", "dir", "tags": {name: tag}}, ...], "sessions": [...]}``,
+    the TensorBoard runs the evaluation logged into and the tag each of its names
+    stands for there (``{}`` for logs without runs).
+    """
     from ..inspect.comparison import recorded_deps
     from ..inspect.inspection import show_record
 
@@ -56,12 +62,15 @@ def evaluation_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
                 logs.poll()
             record = live_record(run, logs)
             hparams = logs.hparams() if logs is not None else {}
+            runs = logs.runs() if logs is not None else {}
+        record["name"] = catalog.name_of(identifier)
     else:
         try:
             record = show_record(store, identifier, load_codecs=False)
         except (MemostoreError, KeyError) as exc:
             raise BadRequest(f"no evaluation {identifier[:12]}: {exc}", 404) from exc
         hparams = _logged_hparams(catalog, record.get("logs"))
+        runs = _runs_of(catalog, record.get("logs"))
     code_id = (record.get("code") or {}).get("id")
     try:
         deps = recorded_deps(store, code_id)
@@ -71,7 +80,22 @@ def evaluation_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
         dep["source"] = (deps.get(dep["symbol"]) or {}).get("source")
     record["logged_hparams"] = hparams
     record["args_flat"] = flatten(record.get("args") or {})
+    record["name"] = catalog.name_of(identifier, record.get("name"))
+    record["runs"] = runs
     return record
+
+
+def _runs_of(catalog: Catalog, logs_id: str | None) -> dict[str, Any]:
+    """The ``runs`` and ``sessions`` of sealed logs (see :mod:`memostore.metrics.runs`)."""
+    if not logs_id:
+        return {}
+    from ..metrics.read import load_manifest
+
+    try:
+        body = load_manifest(catalog.store, logs_id)
+    except (MemostoreError, KeyError, ValueError):
+        return {}
+    return {k: body[k] for k in ("runs", "sessions") if k in body}
 
 
 def _logged_hparams(catalog: Catalog, logs_id: str | None) -> dict[str, Any]:

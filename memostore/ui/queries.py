@@ -3,9 +3,10 @@
 Everything comes from the store's listing functions (the refs and the
 evaluation index), the logs manifests and the metrics readers; no stored
 value is decoded. Sealed logs never change (their id names their content), so
-their summaries and series are cached by logs id; an evaluation still running
-is read from its journal through one :class:`~memostore.metrics.live.LiveLogs`
-per run, polled on each request, so each poll reads only what was appended.
+their summaries are cached by logs id; an evaluation still running is read
+from its journal through one :class:`~memostore.metrics.live.LiveLogs` per
+run, polled on each request, so each poll reads only what was appended.
+Charts' series are :mod:`.charts`.
 """
 
 from __future__ import annotations
@@ -15,24 +16,22 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import MemostoreError
-from .downsample import finite_range, json_floats, smooth, window_indices
+from ..errors import MemostoreError, StoreNotFound
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..metrics.live import LiveLogs
     from ..metrics.running import RunningEvaluation
     from ..odb.store import Store
 
 _EVALUATION_ID = re.compile(r"^[0-9a-f]{64}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-_SERIES_CACHE = 256
-X_MODES = ("step", "wall", "relative")
 # Rows of the table's first page (the page size of static/table.js).
 FIRST_PAGE = 100
 
@@ -111,14 +110,24 @@ def _stats(summary: Mapping[str, Any]) -> dict[str, Any]:
 class Catalog:
     """The store as the dashboard reads it; safe to share between request threads.
 
+    Made over a store, or over the path where one will be: until a store
+    appears there, the dashboard lists nothing and says how to log the first
+    run (:meth:`empty`); it then reads the store as soon as it exists.
+
     Attributes:
-        store: the store.
+        path: where the store is (or will be).
         lock: held while a journal reader or a cache is used.
     """
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store | Path) -> None:
+        from ..odb.store import Store
+
+        self._store = store if isinstance(store, Store) else None
+        self.path = self._store.root if self._store is not None else store
         self.lock = threading.Lock()
+        self._names: dict[str, str] = {}
+        # What other modules derive from sealed logs or records, which never change.
+        self.derived: dict[tuple[str, str], Any] = {}
         self._listing_lock = threading.Lock()
         self._summaries: dict[str, dict[str, Any]] = {}
         self._nested: dict[str, dict[str, Any]] = {}
@@ -126,16 +135,122 @@ class Catalog:
         self._listed_token: tuple[Any, ...] | None = None
         self._head_lock = threading.Lock()
         self._head_page: tuple[tuple[Any, ...], dict[str, Any]] | None = None
-        self._series: OrderedDict[tuple[str, str], tuple[np.ndarray, ...]] = OrderedDict()
         self._live: dict[str, LiveLogs] = {}
         self._running: dict[str, RunningEvaluation] = {}
 
+    @property
+    def store(self) -> Store:
+        """The store, opened once it exists.
+
+        Raises:
+            BadRequest: (404) there is no store at :attr:`path` yet.
+        """
+        store = self._opened()
+        if store is None:
+            raise BadRequest(f"no memostore store at {self.path} yet", 404)
+        return store
+
+    def _opened(self) -> Store | None:
+        if self._store is None:
+            from ..odb.store import Store
+
+            try:
+                store = Store(self.path, create=False)
+            except (StoreNotFound, OSError):
+                return None
+            with self.lock:
+                if self._store is None:
+                    self._store = store
+        return self._store
+
+    def empty(self, rows: list[Any]) -> dict[str, Any] | None:
+        """What the page shows instead of an empty table: where the store is, how to log into it.
+
+        Returns:
+            None when there are *rows*; else ``{"store", "exists", "message",
+            "example", "env"}``: ``example`` is a script that logs a first run,
+            ``env`` the environment variable that points a script at this store.
+        """
+        if rows:
+            return None
+        exists = self._opened() is not None
+        where = f"the store at {self.path}" if exists else f"{self.path} (no store there yet)"
+        return {
+            "store": str(self.path),
+            "exists": exists,
+            "message": (
+                f"No runs in {where}. Log the first one: use memostore's SummaryWriter where "
+                "you use TensorBoard's, or decorate a function with @memo; this page shows "
+                "the run as soon as it starts."
+            ),
+            "example": (
+                "from memostore import SummaryWriter  # was: from torch.utils.tensorboard\n"
+                "writer = SummaryWriter()\n"
+                "for step in range(100):\n"
+                "    writer.add_scalar('loss', 1 / (step + 1), step)\n"
+                "writer.close()\n"
+            ),
+            "env": f"MEMOSTORE_DIR={self.path}",
+        }
+
+    def holds_nothing(self) -> bool:
+        """Whether there is nothing to list: no store yet, no evaluation, none running."""
+        store = self._opened()
+        if store is None:
+            return True
+        from ..metrics.journal import JOURNAL_SUFFIX
+
+        if store.root is not None and any((store.root / "journal").glob(f"*{JOURNAL_SUFFIX}")):
+            return False
+        return next(iter(store.iter_evaluation_refs()), None) is None
+
+    def version(self) -> str:
+        """A token that changes whenever an evaluation is recorded, removed, started or ended.
+
+        The page polls it (``/api/live``) and reads the listing again when it changes,
+        so that new runs appear without a reload.
+        """
+        import hashlib
+
+        store = self._opened()
+        if store is None or store.root is None:
+            return "none"
+        try:
+            journals = sorted(os.listdir(store.root / "journal"))
+        except OSError:
+            journals = []
+        text = repr((listing_token(store), journals))
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+    # -- names ------------------------------------------------------------------------------
+    def name_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Set each row's ``name``, as the rows shown together name each other, and keep them."""
+        from ..records.names import display_names
+
+        names = display_names(rows)
+        with self.lock:
+            self._names.update(names)
+        for row in rows:
+            row["name"] = names[row["id"]]
+
+    def name_of(self, identifier: str, default: str | None = None) -> str:
+        """The name the table gives *identifier* (else *default*, else its short id)."""
+        return self._names.get(identifier) or default or identifier[:10]
+
     # -- listing --------------------------------------------------------------------------
     def running(self) -> list[RunningEvaluation]:
-        """The evaluations in progress (never recovering: the dashboard writes nothing)."""
-        from ..metrics.running import running_evaluations
+        """The evaluations in progress, then those whose process died (status ``interrupted``).
 
-        found = running_evaluations(self.store, recover=False)
+        A dead one is listed from its journal as it is, not recovered: the dashboard
+        writes nothing. Each is named by its run id.
+        """
+        from ..metrics.running import journal_evaluations
+
+        store = self._opened()
+        if store is None:
+            return []
+        alive, dead = journal_evaluations(store)
+        found = [*alive, *dead]
         with self.lock:
             self._running.update({r.run_id: r for r in found})
         return found
@@ -154,6 +269,8 @@ class Catalog:
         from ..inspect.inspection import log_records
 
         running = self.running()
+        if self._opened() is None:
+            return {"args": [], "tags": [], "rows": [], "complete": True}
         # One listing at a time: a request arriving while another lists waits
         # for it instead of reading every manifest a second time.
         with self._listing_lock:
@@ -164,7 +281,7 @@ class Catalog:
                     records, _ = log_records(self.store)
                 except RevisionNotFound:
                     records = []
-                rows = [self._row(r, self._summary(r.get("logs"))) for r in records]
+                rows = [self._row(r, self.summary_of(r.get("logs"))) for r in records]
                 for row, record in zip(rows, records, strict=True):
                     if _has_mappings(record):
                         row["args"] = self._nested_args(record)
@@ -172,6 +289,7 @@ class Catalog:
         live = [self.running_row(r) for r in running]
         rows = sorted(live + rows, key=lambda r: -(r.get("started") or 0.0))
         _add_usage(self.store, rows)
+        self.name_rows(rows)
         return {**_columns(rows), "rows": rows, "complete": True}
 
     def first_page(self, limit: int) -> dict[str, Any]:
@@ -183,6 +301,8 @@ class Catalog:
             with ``"complete": false``, ``indexed`` (how many evaluations the index
             holds) and the ``functions`` and ``statuses`` of all of them.
         """
+        if self._opened() is None:
+            return self.runs()
         if self._listing_ready():
             listing = self.runs()
             rows = listing["rows"]
@@ -203,6 +323,7 @@ class Catalog:
         running = self.running()
         rows = [self.running_row(r) for r in running] + page["rows"]
         _add_usage(self.store, rows)
+        self.name_rows(rows)
         return {
             **_columns(rows),
             "rows": rows[:limit],
@@ -245,7 +366,7 @@ class Catalog:
             rows = []
             for entry in found["entries"]:
                 record = log_record(entry)
-                row = self._row(record, self._summary(record.get("logs")))
+                row = self._row(record, self.summary_of(record.get("logs")))
                 if _has_mappings(record):
                     row["args"] = self._nested_args(record)
                 rows.append(row)
@@ -258,11 +379,30 @@ class Catalog:
         """The table row of an evaluation in progress, with the metrics logged so far."""
         logs = self.live_logs(run.run_id)
         summary: dict[str, Any] = {}
+        record = run.record()
         if logs is not None:
             with self.lock:
                 logs.poll()
                 summary = logs.summary()
-        return self._row(run.record(), summary)
+                # A standalone run's hyper-parameters are those add_hparams logged.
+                logged = logs.hparams()["hparams"]
+            if run.key is None and logged:
+                record["args"] = {**logged, **(record.get("args") or {})}
+        return self._row(record, summary)
+
+    def live_rows(self) -> list[dict[str, Any]]:
+        """The rows of the evaluations in progress or just dead, named as in the table."""
+        rows = [self.running_row(r) for r in self.running()]
+        if rows:
+            from ..records.names import display_names
+
+            listed = [r for r in self._listed or [] if r["id"] not in {x["id"] for x in rows}]
+            names = display_names([*rows, *listed])
+            for row in rows:
+                row["name"] = names[row["id"]]
+            with self.lock:
+                self._names.update({row["id"]: row["name"] for row in rows})
+        return rows
 
     def _row(self, record: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -275,6 +415,7 @@ class Catalog:
             "parents": list(record.get("parents") or []),
             "args": flatten(record.get("args") or {}),
             "metrics": {tag: _stats(s) for tag, s in summary.items()},
+            "run_name": record.get("run_name"),
         }
 
     def _nested_args(self, record: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,7 +442,8 @@ class Catalog:
             self._nested[evaluation_id] = cached
         return cached
 
-    def _summary(self, logs_id: str | None) -> dict[str, Any]:
+    def summary_of(self, logs_id: str | None) -> dict[str, Any]:
+        """The tags' summaries of sealed logs (:func:`memostore.metrics.read.metrics_summary`)."""
         if not logs_id:
             return {}
         cached = self._summaries.get(logs_id)
@@ -352,112 +494,6 @@ class Catalog:
             raise BadRequest(f"no evaluation {evaluation_id[:12]}", 404) from exc
         logs = body.get("logs")
         return logs if isinstance(logs, str) else None
-
-    def series(self, run: str, tag: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(steps, values, walltimes)`` of one tag of a recorded or running evaluation.
-
-        Raises:
-            BadRequest: the id is malformed, names nothing, or the tag holds no numbers.
-        """
-        check_id(run)
-        if _RUN_ID.match(run):
-            if run not in self._running and run not in self._live:
-                self.running()
-            logs = self.live_logs(run)
-            if logs is None:
-                raise BadRequest(f"no running evaluation {run[:12]}", 404)
-            with self.lock:
-                logs.poll()
-                try:
-                    return logs.series(tag)
-                except KeyError:
-                    return _empty()
-                except ValueError as exc:
-                    raise BadRequest(str(exc)) from exc
-        key = (run, tag)
-        with self.lock:
-            if key in self._series:
-                self._series.move_to_end(key)
-                return self._series[key]  # type: ignore[return-value]
-        logs_id = self.logs_of(run)
-        if logs_id is None:
-            return _empty()
-        from ..metrics.read import load_series
-
-        try:
-            series = load_series(self.store, logs_id, tag)
-        except KeyError:
-            series = _empty()
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
-        with self.lock:
-            self._series[key] = series
-            while len(self._series) > _SERIES_CACHE:
-                self._series.popitem(last=False)
-        return series
-
-    def chart(
-        self,
-        runs: list[str],
-        tag: str,
-        *,
-        x_mode: str = "step",
-        smoothing: str = "none",
-        weight: float = 0.0,
-        window: tuple[float, float] | None = None,
-        buckets: int = 800,
-        after: Mapping[str, int] | None = None,
-    ) -> dict[str, Any]:
-        """One chart's series, reduced to the visible window (see :mod:`.downsample`).
-
-        Args:
-            runs: evaluation or run ids.
-            tag: the metric tag.
-            x_mode: ``step``, ``wall`` (UNIX time) or ``relative`` (seconds since the
-                run's first point).
-            smoothing: ``none``, ``ema`` or ``tw-ema``; *weight* in [0, 1).
-            window: the visible x range; None for everything.
-            buckets: the chart's width in pixels.
-            after: per run, the number of points the client holds already: when
-                the series is sent whole, only the points after those come back
-                (``"append": true``).
-
-        Returns:
-            ``{"tag", "series": [{"id", "count", "x", "y", "steps", "range",
-            "downsampled", "append"}]}``.
-        """
-        if x_mode not in X_MODES:
-            raise BadRequest(f"x must be one of {', '.join(X_MODES)}")
-        buckets = max(10, min(int(buckets), 5000))
-        out = []
-        for run in runs:
-            steps, values, walls = self.series(run, tag)
-            x = _x_of(steps, walls, x_mode)
-            y = smooth(x, values, smoothing, weight) if values.size else values
-            full = finite_range(x)
-            x0, x1 = window if window else (full or (0.0, 0.0))
-            keep = window_indices(x, y, x0, x1, buckets)
-            downsampled = keep.size < np.count_nonzero((x >= x0) & (x <= x1))
-            held = (after or {}).get(run)
-            append = False
-            # Appending is exact only for whole, unsmoothed, unzoomed series.
-            if held is not None and not downsampled and smoothing == "none" and window is None:
-                keep = np.arange(min(held, x.size), x.size, dtype=np.int64)
-                keep = keep[np.isfinite(y[keep])]
-                append = True
-            out.append(
-                {
-                    "id": run,
-                    "count": int(x.size),
-                    "x": json_floats(x[keep]),
-                    "y": json_floats(y[keep]),
-                    "steps": steps[keep].tolist(),
-                    "range": full,
-                    "downsampled": bool(downsampled),
-                    "append": append,
-                }
-            )
-        return {"tag": tag, "series": out}
 
 
 def listing_token(store: Store) -> tuple[Any, ...] | None:
@@ -534,18 +570,6 @@ def _columns(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
         args.update(dict.fromkeys(row["args"]))
         tags.update(dict.fromkeys(t for t, s in row["metrics"].items() if _numeric(s)))
     return {"args": list(args), "tags": sorted(tags)}
-
-
-def _empty() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return np.empty(0, "<i8"), np.empty(0, "<f8"), np.empty(0, "<f8")
-
-
-def _x_of(steps: np.ndarray, walls: np.ndarray, mode: str) -> np.ndarray:
-    if mode == "step":
-        return steps.astype(np.float64)
-    if mode == "wall" or not walls.size:
-        return walls.astype(np.float64)
-    return walls.astype(np.float64) - float(np.nanmin(walls))
 
 
 def _numeric(stats: Mapping[str, Any]) -> bool:

@@ -6,6 +6,8 @@ import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..odb.store import Store
 
 
@@ -30,8 +32,10 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}/"
 
 
-def serve(store: Store, host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve(store: Store | Path, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Serve the dashboard until interrupted, printing its URL first on its own line.
+
+    *store* is a store, or the path where one will be (see :func:`.app.create_app`).
 
     The socket listens before the URL is printed and before the web framework
     is imported: a client that reads the line can connect at once, and its

@@ -144,6 +144,24 @@ class LineageCache:
         with self._lock:
             self._entries[key] = (ref, evaluation_id)
 
+    def put_tree(self, obj: Any, evaluation_id: str, limit: int = 10_000) -> None:
+        """Put *obj* and everything inside its lists, tuples, sets and dicts (values).
+
+        A result is often a container (``model, opt``; ``{"w": w}``) that the
+        caller takes apart before passing a piece on: each piece must name the
+        evaluation too, however deep, and whether the result was computed or
+        restored. At most *limit* objects are visited.
+        """
+        stack, seen = [obj], 0
+        while stack and seen < limit:
+            item = stack.pop()
+            seen += 1
+            self.put(item, evaluation_id)
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple, set, frozenset)):
+                stack.extend(item)
+
     def _drop(self, key: int, ref: weakref.ref) -> None:
         with self._lock:
             entry = self._entries.get(key)
