@@ -423,8 +423,12 @@ class Catalog:
                 (``"append": true``).
 
         Returns:
-            ``{"tag", "series": [{"id", "count", "x", "y", "steps", "range",
-            "downsampled", "append"}]}``.
+            ``{"tag", "series": [{"id", "count", "x", "y", "raw", "steps", "start",
+            "rel", "range", "downsampled", "append"}]}``: ``y`` is what the line
+            draws (smoothed, when asked), ``raw`` the logged values at the same
+            points (only when smoothed), ``start`` the wall time of the run's first
+            point and ``rel`` each point's wall time less ``start``, in seconds
+            rounded to milliseconds (for the tooltip's time columns).
         """
         if x_mode not in X_MODES:
             raise BadRequest(f"x must be one of {', '.join(X_MODES)}")
@@ -436,27 +440,35 @@ class Catalog:
             y = smooth(x, values, smoothing, weight) if values.size else values
             full = finite_range(x)
             x0, x1 = window if window else (full or (0.0, 0.0))
-            keep = window_indices(x, y, x0, x1, buckets)
+            # Points are picked on the logged values, so the faded raw line keeps its spikes.
+            keep = window_indices(x, values, x0, x1, buckets)
             downsampled = keep.size < np.count_nonzero((x >= x0) & (x <= x1))
             held = (after or {}).get(run)
             append = False
-            # Appending is exact only for whole, unsmoothed, unzoomed series.
-            if held is not None and not downsampled and smoothing == "none" and window is None:
+            # Appending is exact only for whole, unzoomed series smoothed causally (TensorBoard's
+            # EMA at a point depends on the points before it only; the time-weighted one does not).
+            causal = smoothing in ("none", "ema")
+            if held is not None and not downsampled and causal and window is None:
                 keep = np.arange(min(held, x.size), x.size, dtype=np.int64)
-                keep = keep[np.isfinite(y[keep])]
+                keep = keep[np.isfinite(values[keep])]
                 append = True
-            out.append(
-                {
-                    "id": run,
-                    "count": int(x.size),
-                    "x": json_floats(x[keep]),
-                    "y": json_floats(y[keep]),
-                    "steps": steps[keep].tolist(),
-                    "range": full,
-                    "downsampled": bool(downsampled),
-                    "append": append,
-                }
-            )
+            start = float(np.nanmin(walls)) if walls.size and np.isfinite(walls).any() else None
+            rel = np.round(walls[keep] - start, 3) if start is not None else walls[keep]
+            series: dict[str, Any] = {
+                "id": run,
+                "count": int(x.size),
+                "x": json_floats(x[keep]),
+                "y": json_floats(y[keep]),
+                "steps": steps[keep].tolist(),
+                "start": start,
+                "rel": json_floats(rel),
+                "range": full,
+                "downsampled": bool(downsampled),
+                "append": append,
+            }
+            if y is not values:
+                series["raw"] = json_floats(values[keep])
+            out.append(series)
         return {"tag": tag, "series": out}
 
 
