@@ -31,6 +31,8 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # WebGL (plotly's parallel coordinates) in software, as Chromium asks to be told.
+    "--enable-unsafe-swiftshader",
     "--window-size=1400,1000",
 )
 
@@ -141,9 +143,10 @@ def screenshot(driver: Any, tmp_path: Path, name: str, element: Any = None) -> P
         from PIL import Image
 
         Path(target).mkdir(parents=True, exist_ok=True)
-        # A 64-colour palette keeps the documentation's images small.
+        # A palette keeps the documentation's images small; 256 colours keep each run's
+        # colour exact beside logged images, which would take a smaller palette's entries.
         with Image.open(path) as image:
-            small = image.convert("RGB").quantize(colors=64)
+            small = image.convert("RGB").quantize(colors=256)
             small.save(Path(target) / name, optimize=True)
     return path
 

@@ -31,12 +31,19 @@ ms.kinds.plot = function (box, traces, layout, cls) {
 ms.kinds.draw = {};
 
 ms.kinds.draw.image = function (box, data, where) {
-  box.append(ms.el("div", { class: "media" }, data.events.slice(-24).map((e) =>
-    ms.el("figure", { style: "display:inline-block;margin:4px" },
-      ms.el("img", { src: ms.kinds.mediaUrl(where, e), alt: `${where.tag} step ${e.step}` }),
-      ms.el("figcaption", {}, `step ${e.step}`)))));
+  box.append(ms.el("div", { class: "media" }, data.events.slice(-24).map((e) => {
+    const img = ms.el("img", { src: ms.kinds.mediaUrl(where, e), alt: `${where.tag} step ${e.step}` });
+    img.style.width = ms.across.imageWidth(e.width) + "px";
+    if ((e.width || 0) < 160) img.classList.add("pixelated");
+    img.addEventListener("click", () => ms.across.lightbox(img.src, `${where.tag} · step ${e.step}`));
+    return ms.el("figure", { style: "display:inline-block;margin:4px" }, img, ms.el("figcaption", {}, `step ${e.step}`));
+  })));
 };
 ms.kinds.draw.video = ms.kinds.draw.image;  // GIFs play in an img
+
+ms.kinds.draw.graph = async function (box, data, where) {
+  box.append(ms.graph.tree(await ms.get(`/api/graph?id=${where.id}&tag=${encodeURIComponent(where.tag)}`)));
+};
 
 ms.kinds.draw.audio = function (box, data, where) {
   box.append(ms.el("div", {}, data.events.slice(-10).map((e) => ms.el("p", {},
