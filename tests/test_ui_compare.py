@@ -386,8 +386,6 @@ def _shot(driver: Any, tmp_path: Path, name: str, last: str, scroll: bool = True
     the bottom of the element *last*, cropped so the image stays small."""
     if not os.environ.get("MEMOSTORE_UI_SCREENSHOTS"):
         return
-    from PIL import Image
-
     if scroll:
         driver.execute_script("document.querySelector('.panel-bar').scrollIntoView()")
         time.sleep(0.3)
@@ -396,11 +394,7 @@ def _shot(driver: Any, tmp_path: Path, name: str, last: str, scroll: bool = True
         " document.querySelector(arguments[0]).getBoundingClientRect().bottom]",
         last,
     )
-    screenshot(driver, tmp_path, name)
-    kept = Path(os.environ["MEMOSTORE_UI_SCREENSHOTS"]) / name
-    with Image.open(kept) as image:
-        box = (0, max(0, int(top) - 6), image.width, min(image.height, int(bottom) + 8))
-        image.crop(box).save(kept, optimize=True)
+    screenshot(driver, tmp_path, name, rows=(int(top) - 6, int(bottom) + 8))
 
 
 def _type(driver: Any, element_id: str, text: str) -> None:

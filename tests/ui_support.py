@@ -37,6 +37,10 @@ CHROMIUM_FLAGS = (
 )
 
 
+# Documentation screenshots (docs/images/) bigger than this get a 256-colour palette.
+DOC_IMAGE_BYTES = 60_000
+
+
 @contextmanager
 def ui_server(store: Path, *extra: str) -> Iterator[str]:
     """`memostore ui --port 0 --store STORE` as a process; yields the URL of its first line."""
@@ -130,9 +134,12 @@ def wait_ready(driver: Any, page: str, timeout: float = 30.0) -> None:
     wait_for(lambda: driver.execute_script(script) == page, timeout)
 
 
-def screenshot(driver: Any, tmp_path: Path, name: str, element: Any = None) -> Path:
-    """Save a PNG of the page (or one element) under tmp_path; copied to
-    $MEMOSTORE_UI_SCREENSHOTS as well when that is set (how docs/images/ is refreshed)."""
+def screenshot(
+    driver: Any, tmp_path: Path, name: str, element: Any = None, rows: tuple[int, int] | None = None
+) -> Path:
+    """Save a PNG of the page (or one element, or the window's *rows* from top to bottom)
+    under tmp_path; copied to $MEMOSTORE_UI_SCREENSHOTS as well when that is set (how
+    docs/images/ is refreshed)."""
     path = tmp_path / name
     if element is not None:
         path.write_bytes(element.screenshot_as_png)
@@ -143,11 +150,16 @@ def screenshot(driver: Any, tmp_path: Path, name: str, element: Any = None) -> P
         from PIL import Image
 
         Path(target).mkdir(parents=True, exist_ok=True)
-        # A palette keeps the documentation's images small; 256 colours keep each run's
-        # colour exact beside logged images, which would take a smaller palette's entries.
-        with Image.open(path) as image:
-            small = image.convert("RGB").quantize(colors=256)
-            small.save(Path(target) / name, optimize=True)
+        kept = Path(target) / name
+        with Image.open(path) as shot:
+            image = shot.convert("RGB")
+        if rows is not None:
+            image = image.crop((0, max(0, rows[0]), image.width, min(image.height, rows[1])))
+        # Kept exact when small enough: a palette maps a run's swatch to the nearest colour
+        # of the logged images beside it. Else a 256-colour palette keeps the image small.
+        image.save(kept, optimize=True)
+        if kept.stat().st_size > DOC_IMAGE_BYTES:
+            image.quantize(colors=256).save(kept, optimize=True)
     return path
 
 
