@@ -770,3 +770,41 @@ def test_hostile_tags_names_and_text_stay_text(tmp_path: Path) -> None:
         assert any(HOSTILE in t for t in texts)
         assert not driver.find_elements(By.CSS_SELECTOR, "#view img[src='x'], #view b")
         assert driver.execute_script("return window.__xss") is None
+
+
+MANY_TAGS = """
+    from memostore import memo, SummaryWriter
+
+    @memo
+    def sweep(seed: int):
+        writer = SummaryWriter()
+        for step in range(5):
+            for k in range(16):
+                writer.add_scalar(f"layer{k:02d}/norm", seed + k + step, step)
+        writer.close()
+        return seed
+
+    sweep(0)
+    sweep(1)
+"""
+
+
+@pytest.mark.slow
+def test_charts_below_the_first_dozen_are_drawn_when_scrolled_near(tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    store = tmp_path / "store"
+    run_script(write_script(tmp_path, "many.py", MANY_TAGS), env={"MEMOSTORE_DIR": str(store)})
+    with ui_server(store) as url, open_browser() as driver:
+        driver.get(url)
+        wait_ready(driver, "runs")
+        charts = driver.find_elements(By.CSS_SELECTOR, "#charts .chart")
+        assert len(charts) == 16
+
+        def drawn() -> list[bool]:
+            return driver.execute_script("return arguments[0].map(c => !!c.data)", charts)
+
+        assert drawn()[:12] == [True] * 12 and drawn()[-1] is False
+        driver.execute_script("arguments[0].scrollIntoView()", charts[-1])
+        wait_for(lambda: all(drawn()))
+        assert charts[-1].get_attribute("data-series") == "2"

@@ -199,6 +199,7 @@ ms.charts.render = async function (container, ids, options) {
   else if (!pinned.length && !matched.length) parts.push(ms.el("p", { class: "same" }, `no tag matches /${ms.charts.filter}/`));
   container.replaceChildren(...parts);
   const draws = [];
+  const stale = [];
   for (const tag of [...pinned, ...matched]) {
     const chart = ms.charts.charts.get(tag);
     chart.pin.textContent = ms.charts.pinned.has(tag) ? "unpin" : "pin";
@@ -206,13 +207,36 @@ ms.charts.render = async function (container, ids, options) {
     if (!ms.charts.pinned.has(tag) && ms.charts.collapsed.has(ms.charts.groupOf(tag))) continue;
     if (chart.ids.join() !== ids.join()) chart.window = null;
     chart.ids = ids.slice();
-    const key = ms.charts.key(chart);
-    if (chart.drawn === key && chart.div.data) continue;
-    chart.drawn = key;
-    draws.push(ms.charts.draw(chart).catch((error) => { chart.drawn = null; throw error; }));
+    if (chart.drawn !== ms.charts.key(chart) || !chart.div.data) stale.push(chart);
   }
+  // The first charts are drawn now; the others when scrolled near (as TensorBoard's cards),
+  // so fifty tags do not cost fifty requests before the first chart shows.
+  if (ms.charts.observer) ms.charts.observer.disconnect();
+  ms.charts.observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      ms.charts.observer.unobserve(entry.target);
+      const chart = ms.charts.charts.get(entry.target.dataset.tag);
+      if (chart && chart.div === entry.target) ms.charts.redraw(chart);
+    }
+  }, { rootMargin: "600px 0px" });
+  stale.forEach((chart, i) => {
+    if (i < ms.charts.EAGER) draws.push(ms.charts.redraw(chart));
+    else ms.charts.observer.observe(chart.div);
+  });
   await Promise.all(draws);
   container.dataset.ready = String(Date.now());
+};
+
+// Charts drawn at once by a render; those after them wait until scrolled near.
+ms.charts.EAGER = 12;
+
+// Fetch and draw *chart* unless what it shows is drawn already.
+ms.charts.redraw = function (chart) {
+  const key = ms.charts.key(chart);
+  if (chart.drawn === key && chart.div.data) return Promise.resolve();
+  chart.drawn = key;
+  return ms.charts.draw(chart).catch((error) => { chart.drawn = null; throw error; });
 };
 
 ms.charts.legend = function (ids) {
