@@ -31,8 +31,14 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    # WebGL (plotly's parallel coordinates) in software, as Chromium asks to be told.
+    "--enable-unsafe-swiftshader",
     "--window-size=1400,1000",
 )
+
+
+# Documentation screenshots (docs/images/) bigger than this get a 256-colour palette.
+DOC_IMAGE_BYTES = 60_000
 
 
 @contextmanager
@@ -128,9 +134,12 @@ def wait_ready(driver: Any, page: str, timeout: float = 30.0) -> None:
     wait_for(lambda: driver.execute_script(script) == page, timeout)
 
 
-def screenshot(driver: Any, tmp_path: Path, name: str, element: Any = None) -> Path:
-    """Save a PNG of the page (or one element) under tmp_path; copied to
-    $MEMOSTORE_UI_SCREENSHOTS as well when that is set (how docs/images/ is refreshed)."""
+def screenshot(
+    driver: Any, tmp_path: Path, name: str, element: Any = None, rows: tuple[int, int] | None = None
+) -> Path:
+    """Save a PNG of the page (or one element, or the window's *rows* from top to bottom)
+    under tmp_path; copied to $MEMOSTORE_UI_SCREENSHOTS as well when that is set (how
+    docs/images/ is refreshed)."""
     path = tmp_path / name
     if element is not None:
         path.write_bytes(element.screenshot_as_png)
@@ -141,10 +150,16 @@ def screenshot(driver: Any, tmp_path: Path, name: str, element: Any = None) -> P
         from PIL import Image
 
         Path(target).mkdir(parents=True, exist_ok=True)
-        # A 64-colour palette keeps the documentation's images small.
-        with Image.open(path) as image:
-            small = image.convert("RGB").quantize(colors=64)
-            small.save(Path(target) / name, optimize=True)
+        kept = Path(target) / name
+        with Image.open(path) as shot:
+            image = shot.convert("RGB")
+        if rows is not None:
+            image = image.crop((0, max(0, rows[0]), image.width, min(image.height, rows[1])))
+        # Kept exact when small enough: a palette maps a run's swatch to the nearest colour
+        # of the logged images beside it. Else a 256-colour palette keeps the image small.
+        image.save(kept, optimize=True)
+        if kept.stat().st_size > DOC_IMAGE_BYTES:
+            image.quantize(colors=256).save(kept, optimize=True)
     return path
 
 

@@ -20,7 +20,9 @@ Kinds and their fields (``docs/format.md`` has the chunk layouts):
 * ``tensor``: ``dtype``, ``field``, ``shape``, ``layout`` (NumPy type of the
   blob's values), ``blob``.
 * ``custom_scalars``: ``layout`` (``[[category, [[title, type, tags]]]]``).
-* ``graph``: ``blob`` (a serialized ``GraphDef``), ``run_metadata`` (blob or None).
+* ``graph``: ``blob`` (a serialized ``GraphDef``), ``run_metadata`` (blob or None),
+  and from ``add_graph`` ``parameters`` (``[[name, shape, dtype, role], ...]``), kept in
+  a column of its own that readers without it skip.
 * ``embedding``: ``blob`` (the matrix), ``layout``, ``shape``, ``metadata``
   (blob of the TSV or None), ``sprite`` (PNG blob or None), ``sprite_dim``.
 
@@ -88,7 +90,10 @@ def event_columns(kind: str, events: list[dict[str, Any]]) -> dict[str, tuple[st
         return {"steps": steps, "texts": ("json", [e["text"] for e in events])}
     if kind in _ROWS:
         column, fields = _ROWS[kind]
-        return {"steps": steps, column: ("json", [[e[f] for f in fields] for e in events])}
+        columns = {"steps": steps, column: ("json", [[e[f] for f in fields] for e in events])}
+        if kind == "graph" and any("parameters" in e for e in events):
+            columns["parameters"] = ("json", [e.get("parameters") for e in events])
+        return columns
     if kind == "pr_curve":
         data = [np.asarray(e["data"], dtype=np.float64).reshape(-1) for e in events]
         return {
@@ -126,6 +131,11 @@ def decode_events(kind: str, data: dict[str, Any], walls: Any) -> list[dict[str,
         column, fields = _ROWS[kind]
         for s, w, row in zip(steps, walls, data[column], strict=True):
             out.append({"step": s, "wall": w, **dict(zip(fields, row, strict=True))})
+        extra = data.get("parameters") if kind == "graph" else None
+        if isinstance(extra, list) and len(extra) == len(out):
+            for event, parameters in zip(out, extra, strict=True):
+                if parameters is not None:
+                    event["parameters"] = parameters
     elif kind == "pr_curve":
         offsets = data["offsets"]
         for i, (s, w) in enumerate(zip(steps, walls, strict=True)):

@@ -40,6 +40,26 @@ def _wall(walltime: Any) -> float:
     return time.time() if walltime is None else float(walltime)
 
 
+def _parameter_shapes(model: Any) -> list[list[Any]] | None:
+    """``[[dotted name, shape, dtype, "parameter" | "buffer"], ...]`` of *model*, or None.
+
+    The traced ``GraphDef`` names each parameter read but not its shape; the
+    dashboard's module tree shows both. Kept beside the graph, never inside it,
+    so the exported graph stays the one torch's writer writes.
+    """
+    try:
+        return [
+            [name, [int(n) for n in value.shape], str(value.dtype).replace("torch.", ""), role]
+            for role, items in (
+                ("parameter", model.named_parameters()),
+                ("buffer", model.named_buffers()),
+            )
+            for name, value in items
+        ]
+    except Exception:  # not a module as torch's tracer takes it: the graph alone is stored
+        return None
+
+
 class MediaMethods:
     """The ``add_*`` methods of ``SummaryWriter`` beyond scalars, histograms, images and text.
 
@@ -316,7 +336,8 @@ class MediaMethods:
             "blob": graph_def.SerializeToString(),
             "run_metadata": step_stats.SerializeToString(),
         }
-        self._keep("add_graph", {"kind": "graph", "tag": GRAPH_TAG}, None, None, blobs)
+        event = {"kind": "graph", "tag": GRAPH_TAG, "parameters": _parameter_shapes(model)}
+        self._keep("add_graph", event, None, None, blobs)
 
     def add_onnx_graph(self, prototxt: Any = None, *, onnx_model_file: Any = None) -> None:
         """Log the graph of an ONNX model file, converted by torch's own code (needs onnx).

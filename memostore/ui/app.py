@@ -125,7 +125,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
     *store* may be the path of a store not made yet: the dashboard then shows
     how to log a first run there, and the store once it appears.
     """
-    from . import pages
+    from . import across, pages
 
     catalog = Catalog(store)
     charts = Charts(catalog)
@@ -154,6 +154,9 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
             return Response("not found", status_code=404)
         return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
 
+    def ids_of(params: Any) -> list[str]:
+        return [check_id(i) for i in params.get("ids", "").split(",") if i]
+
     def runs(request: Request) -> Any:
         limit = request.query_params.get("limit")
         if limit is not None and (not limit.isdigit() or not 0 < int(limit) <= 10_000):
@@ -175,7 +178,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
 
     def chart(request: Request) -> Any:
         params = request.query_params
-        ids = [check_id(i) for i in params.get("ids", "").split(",") if i]
+        ids = ids_of(params)
         tag = params.get("tag")
         if not tag:
             raise BadRequest("tag is required")
@@ -227,6 +230,25 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
         identifier = check_id(params.get("id", ""))
         return pages.embedding_projection(catalog, identifier, params.get("tag", ""), position)
 
+    def across_tag(request: Request) -> Any:
+        params = request.query_params
+        if not params.get("tag"):
+            raise BadRequest("tag is required")
+        return across.tag_across(catalog, ids_of(params), params["tag"])
+
+    def graph(request: Request) -> Any:
+        params = request.query_params
+        position = params.get("i")
+        if position is not None and not position.isdigit():
+            raise BadRequest("i must be a point's index")
+        identifier = check_id(params.get("id", ""))
+        return across.graph_tree(
+            catalog, identifier, params.get("tag", ""), None if position is None else int(position)
+        )
+
+    def hparams(request: Request) -> Any:
+        return across.hparams_across(catalog, ids_of(request.query_params))
+
     def diff(request: Request) -> Any:
         a, b = check_id(request.path_params["a"]), check_id(request.path_params["b"])
         return pages.diff_page(catalog, a, b)
@@ -257,6 +279,9 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
         Route("/api/events", _answer(events)),
         Route("/api/media", _answer(media)),
         Route("/api/projection", _answer(projection)),
+        Route("/api/tag", _answer(across_tag)),
+        Route("/api/graph", _answer(graph)),
+        Route("/api/hparams", _answer(hparams)),
         Route("/api/diff/{a}/{b}", _answer(diff)),
         Route("/api/why/{id}", _answer(why)),
         Route("/api/lineage", _answer(lineage)),

@@ -69,7 +69,7 @@ def evaluation_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
             record = show_record(store, identifier, load_codecs=False)
         except (MemostoreError, KeyError) as exc:
             raise BadRequest(f"no evaluation {identifier[:12]}: {exc}", 404) from exc
-        hparams = _logged_hparams(catalog, record.get("logs"))
+        hparams = logged_hparams(catalog, record.get("logs"))
         runs = _runs_of(catalog, record.get("logs"))
     code_id = (record.get("code") or {}).get("id")
     try:
@@ -98,18 +98,19 @@ def _runs_of(catalog: Catalog, logs_id: str | None) -> dict[str, Any]:
     return {k: body[k] for k in ("runs", "sessions") if k in body}
 
 
-def _logged_hparams(catalog: Catalog, logs_id: str | None) -> dict[str, Any]:
+def logged_hparams(catalog: Catalog, logs_id: str | None) -> dict[str, Any]:
+    """What ``add_hparams`` recorded in a logs document: ``{"hparams", "metrics", "domains"}``."""
     if not logs_id:
         return {}
-    from ..metrics.read import logged_hparams
+    from ..metrics.read import logged_hparams as read_hparams
 
     try:
-        return logged_hparams(catalog.store, logs_id)
+        return read_hparams(catalog.store, logs_id)
     except (MemostoreError, KeyError, ValueError):
         return {}
 
 
-def _events(catalog: Catalog, identifier: str, tag: str) -> tuple[str, list[dict[str, Any]]]:
+def tag_points(catalog: Catalog, identifier: str, tag: str) -> tuple[str, list[dict[str, Any]]]:
     """(kind, points) of one tag of a recorded or running evaluation."""
     if not tag:
         raise BadRequest("tag is required")
@@ -142,7 +143,7 @@ def tag_events(catalog: Catalog, identifier: str, tag: str) -> dict[str, Any]:
         ``{"kind", "count", "events"}``; at most the last 500 points; a point with a
         payload has ``media`` (its index for ``/api/media``) instead of the blob id.
     """
-    kind, events = _events(catalog, identifier, tag)
+    kind, events = tag_points(catalog, identifier, tag)
     if kind in _SCALAR_KINDS:
         raise BadRequest(f"tag {tag!r} holds scalars: see /api/chart")
     start = max(0, len(events) - _MAX_EVENTS)
@@ -152,7 +153,7 @@ def tag_events(catalog: Catalog, identifier: str, tag: str) -> dict[str, Any]:
             shown.append(pr_curve_point(events[i]))
             continue
         event = {k: v for k, v in events[i].items() if not _is_blob_field(k)}
-        if (kind in _MEDIA or kind == "embedding") and events[i].get("blob"):
+        if (kind in _MEDIA or kind in ("embedding", "graph")) and events[i].get("blob"):
             event["media"] = i
         shown.append(event)
     return {"kind": kind, "count": len(events), "events": shown}
@@ -167,7 +168,7 @@ def embedding_projection(
         ``{"step", "shape", "x", "y", "index", "explained", "labels", "label_name"}``;
         labels (None without metadata) are those of the rows drawn.
     """
-    kind, events = _events(catalog, identifier, tag)
+    kind, events = tag_points(catalog, identifier, tag)
     if kind != "embedding" or not 0 <= position < len(events):
         raise BadRequest(f"no embedding {tag!r} point {position}", 404)
     event = events[position]
@@ -194,7 +195,8 @@ def embedding_projection(
 
 
 def _is_blob_field(name: str) -> bool:
-    return name in ("blob", "run_metadata", "sprite", "parts")
+    # A graph's parameters come with its module tree (/api/graph), not with each point.
+    return name in ("blob", "run_metadata", "sprite", "parts", "parameters")
 
 
 def media_bytes(catalog: Catalog, identifier: str, tag: str, position: int) -> tuple[bytes, str]:
@@ -202,7 +204,7 @@ def media_bytes(catalog: Catalog, identifier: str, tag: str, position: int) -> t
 
     The blob id comes from the logs, never from the request.
     """
-    kind, events = _events(catalog, identifier, tag)
+    kind, events = tag_points(catalog, identifier, tag)
     if kind not in _MEDIA or not 0 <= position < len(events):
         raise BadRequest(f"no {tag!r} point {position} with a payload", 404)
     event = events[position]

@@ -3,7 +3,61 @@
 
 ms.view = function () { return document.getElementById("view"); };
 
-ms.runsView = async function () {
+// The views below the table, as TensorBoard's dashboards: each shows the selected runs.
+ms.tabs = [["scalars", "scalars"], ["images", "images"], ["histograms", "histograms"], ["text", "text"],
+  ["pr", "PR curves"], ["graph", "graph"], ["hparams", "hparams"]];
+ms.tab = "scalars";
+ms.follow = ms.saved("follow", true);
+
+// How many things a tab would show for the runs *ids* (null: not counted).
+ms.tabCount = function (tab, ids) {
+  if (tab === "scalars") return ms.charts.tagsOf(ids).length;
+  if (tab === "graph") return ids.filter((id) => ms.graph.tagOf(id)).length;
+  if (tab === "hparams") return null;
+  return ms.across.count(ids, tab);
+};
+
+// A run that ended while selected: its recorded evaluation (same function, same start)
+// takes its place in the selection, with its colour. The record may be listed a moment
+// after the run stops being listed as running: until then (ten refreshes at most) the run
+// is awaited, and the listing read again on each refresh.
+ms.awaiting = new Map();  // run id -> [its last row, refreshes left]
+ms.adoptEnded = function (before, selected) {
+  const t = ms.table;
+  for (const id of selected) {
+    if (!t.byId.has(id) && before.has(id) && !ms.awaiting.has(id)) ms.awaiting.set(id, [before.get(id), 10]);
+  }
+  for (const [id, [old, left]] of ms.awaiting) {
+    const record = t.rows.find((r) => r.function === old.function && r.status !== "running" &&
+      typeof r.started === "number" && Math.abs(r.started - old.started) < 0.5);
+    if (record) {
+      t.selected.add(record.id);
+      if (ms.colors.has(id)) ms.colors.set(record.id, ms.colors.get(id));
+      ms.awaiting.delete(id);
+    } else if (left <= 1) ms.awaiting.delete(id);
+    else ms.awaiting.set(id, [old, left - 1]);
+  }
+};
+
+// Runs listed now that were not before, of the functions shown (the function filter, else
+// those of the selected runs, else any): selected, so they are charted without a click.
+ms.followNew = function (before, selected) {
+  const t = ms.table;
+  const functions = t.filter.fn ? new Set([t.filter.fn])
+    : selected.length ? new Set(selected.map((id) => (before.get(id) || {}).function)) : null;
+  // The record of a run listed before as running is that run, not a new one: it is
+  // selected only if the run was (adoptEnded).
+  const ran = [...before.values()].filter((r) => r.status === "running");
+  const wasRunning = (row) => ran.some((r) => r.function === row.function && Math.abs(r.started - row.started) < 0.5);
+  for (const row of t.rows) {
+    if (before.has(row.id) || t.selected.has(row.id)) continue;
+    if (functions && !functions.has(row.function)) continue;
+    if (!wasRunning(row)) t.selected.add(row.id);
+  }
+};
+
+ms.runsView = async function (tab) {
+  if (ms.tabs.some(([name]) => name === tab)) ms.tab = tab;
   const view = ms.view();
   const route = ms.routes;
   view.replaceChildren(ms.el("p", {}, "loading…"));
@@ -11,21 +65,61 @@ ms.runsView = async function () {
   const first = await ms.get("/api/runs?limit=" + ms.table.pageSize);
   ms.table.load(first);
   const tableBox = ms.el("div", { id: "table" });
-  const chartBox = ms.el("div", { class: "charts", id: "charts" });
-  const redrawCharts = () => ms.charts.render(chartBox, [...ms.table.selected]);
+  const chartBox = ms.el("div", { id: "charts", class: "scalars" });
+  const kindBox = ms.el("div", { id: "kind-panel" });
+  const tabBar = ms.el("div", { class: "tabs", id: "tabs", role: "tablist" });
   const redrawTable = () => ms.table.render(tableBox);
-  ms.table.onSelect = redrawCharts;
+  const tagFilter = ms.el("input", { id: "tag-filter", type: "text", placeholder: "filter tags (regular expression)", value: ms.charts.filter });
+  const follow = ms.el("input", { id: "follow", type: "checkbox" });
+  follow.checked = ms.follow;
+  follow.addEventListener("change", () => { ms.follow = follow.checked; ms.save("follow", ms.follow); });
+  const scalarControls = ms.charts.controls((key) => {
+    if (key === "x") for (const chart of ms.charts.charts.values()) chart.window = null;
+    redrawPanel();
+  });
+  const drawTabs = (ids) => {
+    tabBar.replaceChildren(...ms.tabs.map(([name, title]) => {
+      const count = ms.tabCount(name, ids);
+      return ms.el("button", { class: `tab${name === ms.tab ? " active" : ""}${count === 0 ? " empty" : ""}`, role: "tab", "data-tab": name,
+        onclick: () => { ms.tab = name; history.replaceState(null, "", `#/runs/${name}`); redrawPanel(); } },
+      title, count === null ? null : ms.el("span", { class: "count" }, String(count)));
+    }));
+  };
+  let drawing = Promise.resolve();
+  const redrawPanel = () => {
+    // One drawing at a time: a click during a drawing draws again after it.
+    drawing = drawing.catch(() => {}).then(async () => {
+      const ids = [...ms.table.selected];
+      drawTabs(ids);
+      const scalars = ms.tab === "scalars";
+      chartBox.hidden = !scalars;
+      scalarControls.hidden = !scalars;
+      kindBox.hidden = scalars;
+      if (scalars) return ms.charts.render(chartBox, ids, { legend: true });
+      ms.tooltip.hide();
+      delete kindBox.dataset.ready;
+      if (ms.tab === "graph") return ms.graph.render(kindBox, ids);
+      if (ms.tab === "hparams") return ms.hparams.render(kindBox, ms.table.visible());
+      return ms.across.render(kindBox, ms.tab, ids);
+    });
+    return drawing;
+  };
+  tagFilter.addEventListener("input", () => {
+    ms.charts.filter = tagFilter.value;
+    tagFilter.classList.toggle("invalid", ms.regex(tagFilter.value) instanceof Error);
+    redrawPanel();
+  });
+  ms.table.onSelect = redrawPanel;
   const filters = ms.el("div", { id: "filters" });
-  const refilter = () => { redrawTable(); };
+  const refilter = () => { redrawTable(); if (ms.tab === "hparams") redrawPanel(); };
   filters.append(ms.table.filters(refilter));
   view.replaceChildren(filters, tableBox,
-    ms.el("h2", {}, "charts of the selected runs"), ms.charts.controls(() => {
-      for (const chart of ms.charts.charts.values()) chart.window = null;
-      redrawCharts();
-    }), chartBox);
+    ms.el("div", { class: "panel-bar" }, tabBar, ms.el("span", { class: "panel-tools" }, tagFilter,
+      ms.el("label", { title: "select new runs of the functions shown as they start" }, follow, " follow new runs"))),
+    scalarControls, chartBox, kindBox);
   if (!ms.table.selected.size) {
-    // Start with the newest few runs that logged something, so the charts are not empty.
-    for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, 5)) ms.table.selected.add(row.id);
+    // Start with the newest runs that logged something (up to 20), so the charts are not empty.
+    for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, 20)) ms.table.selected.add(row.id);
   }
   redrawTable();
   performance.mark("table-drawn");
@@ -38,7 +132,7 @@ ms.runsView = async function () {
   });
   // Let the table paint before plotly.js is compiled (it holds the main thread).
   await new Promise((resolve) => setTimeout(resolve, 0));
-  await Promise.all([redrawCharts(), rest]);
+  await Promise.all([redrawPanel(), rest]);
   view.dataset.listing = "complete";
   view.dataset.ready = "runs";
   ms.live = async () => {
@@ -46,17 +140,25 @@ ms.runsView = async function () {
     const ids = new Set(running.map((r) => r.id));
     const known = new Set(ms.table.rows.filter((r) => r.status === "running").map((r) => r.id));
     const changed = running.some((r) => !ms.table.byId.has(r.id)) || [...known].some((id) => !ids.has(id));
-    if (changed) {
-      // A run started or ended: the listing changed, read it again (selection is kept).
+    if (changed || ms.awaiting.size) {
+      // A run started or ended: read the listing again. A selected run that ended is
+      // followed by its record; a new run of a function shown is selected (when following).
+      const before = new Map(ms.table.byId);
+      const selected = [...ms.table.selected];
       ms.table.load(await ms.get("/api/runs"));
+      ms.adoptEnded(before, selected);
+      if (ms.follow) ms.followNew(before, selected);
       filters.replaceChildren(ms.table.filters(refilter));
       redrawTable();
-      await redrawCharts();
+      await redrawPanel();
       return;
     }
     ms.table.update(running);
     if (running.length) redrawTable();
-    await ms.charts.tick(ids);
+    if (ms.tab !== "scalars") return;
+    // A running run logged a tag no chart shows yet: its chart is added.
+    if (ms.charts.tagsOf([...ms.table.selected]).join("\n") !== (ms.charts.tags || []).join("\n")) await redrawPanel();
+    else await ms.charts.tick(ids);
   };
 };
 
@@ -70,11 +172,12 @@ ms.route = async function () {
   delete view.dataset.ready;
   delete view.dataset.table;
   delete view.dataset.listing;
+  ms.tooltip.hide();
   try {
     if (page === "eval") await ms.pages.evaluation(rest[0]);
     else if (page === "diff") await ms.pages.diff(rest[0], rest[1]);
     else if (page === "lineage") await ms.lineage.page(rest[0], rest[1]);
-    else await ms.runsView();
+    else await ms.runsView(page === "runs" ? rest[0] : undefined);
   } catch (error) {
     view.replaceChildren(ms.el("p", { class: "error" }, String(error.message || error)));
     view.dataset.ready = "error";

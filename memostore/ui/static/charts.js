@@ -1,35 +1,52 @@
-// Charts of the selected runs: one per tag, every run overlaid, reduced by the server
-// to the visible window (min and max per pixel column), fetched again on zoom.
+// Scalar charts of the selected runs: one per tag, every run overlaid in its colour, the
+// smoothed line over the faded raw one. The server smooths the whole series, then reduces
+// it to the visible window (first, min, max and last per pixel column), again on zoom.
+// Tags are filtered by a regular expression and grouped by prefix (train/, val/); a pinned
+// chart stays at the top. Hovering lists every run at that step (tooltip.js).
 "use strict";
 
 ms.charts = {
-  settings: { smooth: "none", weight: 0.6, x: "step", logy: false },
-  charts: new Map(),  // tag -> {div, ids, window, counts}
+  // TensorBoard's defaults: its debiased EMA at 0.6, the raw line faded behind.
+  settings: { smooth: "ema", weight: 0.6, x: "step", logy: false, raw: true, sort: "default" },
+  charts: new Map(),  // tag -> {tag, card, div, ids, window, counts, series, drawn}
+  pinned: new Set(ms.saved("pinned", [])),
+  collapsed: new Set(ms.saved("collapsed", [])),
+  filter: "",  // a regular expression over tags, shared by every tab
 };
 
 ms.charts.controls = function (onChange) {
   const s = ms.charts.settings;
   const choice = (id, key, options) => {
-    const select = ms.el("select", { id, onchange: (e) => { s[key] = e.target.value; onChange(); } },
+    const select = ms.el("select", { id, onchange: (e) => { s[key] = e.target.value; onChange(key); } },
       options.map(([value, label]) => ms.el("option", { value }, label)));
     select.value = s[key];
     return select;
   };
-  const weight = ms.el("input", { id: "weight", type: "number", min: "0", max: "0.999", step: "0.05", value: s.weight,
-    onchange: (e) => { s.weight = Math.min(0.999, Math.max(0, Number(e.target.value) || 0)); onChange(); } });
-  const logy = ms.el("input", { id: "logy", type: "checkbox", onchange: (e) => { s.logy = e.target.checked; onChange(); } });
-  logy.checked = s.logy;
+  const shown = ms.el("span", { class: "weight-value" }, s.weight.toFixed(2));
+  const weight = ms.el("input", { id: "weight", type: "range", min: "0", max: "0.99", step: "0.01", value: String(s.weight),
+    oninput: (e) => { shown.textContent = Number(e.target.value).toFixed(2); },
+    onchange: (e) => { s.weight = Math.min(0.99, Math.max(0, Number(e.target.value) || 0)); onChange("weight"); } });
+  const box = (id, key, label) => {
+    const input = ms.el("input", { id, type: "checkbox", onchange: (e) => { s[key] = e.target.checked; onChange(key); } });
+    input.checked = s[key];
+    return ms.el("label", {}, input, " " + label);
+  };
   return ms.el("div", { class: "controls" },
-    ms.el("label", {}, "smoothing ", choice("smooth", "smooth", [["none", "none"], ["ema", "EMA"], ["tw-ema", "time-weighted EMA"]])),
-    ms.el("label", {}, "weight ", weight),
-    ms.el("label", {}, "x ", choice("xmode", "x", [["step", "step"], ["wall", "wall time"], ["relative", "relative time"]])),
-    ms.el("label", {}, logy, " log y"));
+    ms.el("label", {}, "smoothing ", choice("smooth", "smooth", [["ema", "EMA (TensorBoard)"], ["tw-ema", "time-weighted EMA"], ["none", "none"]])),
+    ms.el("label", {}, weight, " ", shown),
+    box("raw", "raw", "raw line"),
+    ms.el("label", {}, "x ", choice("xmode", "x", [["step", "step"], ["relative", "relative time"], ["wall", "wall time"]])),
+    box("logy", "logy", "log y"),
+    ms.el("label", {}, "tooltip ", choice("tooltip-sort", "sort", [["default", "in run order"], ["descending", "highest first"],
+      ["ascending", "lowest first"], ["nearest", "nearest the cursor"], ["name", "by name"]])));
 };
+
+ms.charts.smoothed = function () { const s = ms.charts.settings; return s.smooth !== "none" && s.weight > 0; };
 
 ms.charts.query = function (tag, ids, window, width, after) {
   const s = ms.charts.settings;
   const params = new URLSearchParams({ tag, ids: ids.join(","), x: s.x, smooth: s.smooth,
-    weight: String(s.smooth === "none" ? 0 : s.weight), buckets: String(Math.max(50, Math.round(width))) });
+    weight: String(ms.charts.smoothed() ? s.weight : 0), buckets: String(Math.max(50, Math.round(width))) });
   if (window) { params.set("from", String(window[0])); params.set("to", String(window[1])); }
   if (after) params.set("after", after);
   return "/api/chart?" + params.toString();
@@ -42,67 +59,191 @@ ms.charts.fromAxis = function (v) {
   return typeof v === "number" ? v / 1000 : Date.parse(String(v).replace(" ", "T") + "Z") / 1000;
 };
 
-ms.charts.trace = function (series) {
-  const row = ms.table.byId.get(series.id);
-  return {
-    // Few points: markers too, so that a series of one point is seen at all.
-    type: "scatter", mode: series.x.length < 30 ? "lines+markers" : "lines", marker: { size: 4 }, name: ms.short(series.id) + " " + ms.fname(row ? row.function : ""),
-    x: ms.charts.toAxis(series.x), y: series.y, customdata: series.steps,
-    line: { color: ms.colorOf(series.id), width: 1.5 },
-    hovertemplate: "%{y:.5g} at step %{customdata}<extra>" + ms.short(series.id) + "</extra>",
-  };
+// The traces of a chart: every run's raw line first (faded, behind), then the drawn lines.
+ms.charts.traces = function (chart) {
+  const raws = [], lines = [];
+  const withRaw = ms.charts.smoothed() && ms.charts.settings.raw;
+  for (const series of chart.series) {
+    const color = ms.colorOf(series.id);
+    const name = ms.plotText(ms.nameOf(series.id));
+    const x = ms.charts.toAxis(series.x);
+    // Few points: markers too (bigger for one or two), so that a lone point is seen at all.
+    const few = series.x.length < 30;
+    const size = series.x.length < 3 ? 7 : 4;
+    if (withRaw && series.raw) {
+      raws.push({ type: "scatter", mode: few ? "lines+markers" : "lines", uid: "raw_" + series.id, name, x, y: series.raw,
+        line: { color, width: 1 }, marker: { size: 3 }, opacity: 0.28, hoverinfo: "none" });
+    }
+    lines.push({ type: "scatter", mode: few ? "lines+markers" : "lines", uid: "line_" + series.id, name, x, y: series.y,
+      line: { color, width: 1.7 }, marker: { size }, hoverinfo: "none" });
+  }
+  return raws.concat(lines);
 };
 
-ms.charts.layout = function (tag) {
+ms.charts.layout = function (chart) {
   const s = ms.charts.settings;
+  const axisTitle = { step: "step", relative: "seconds since the run's first point", wall: "" }[s.x];
   return {
-    title: { text: tag, font: { size: 13 } }, margin: { l: 50, r: 10, t: 30, b: 35 },
-    showlegend: false, uirevision: tag + s.x + s.logy,
-    xaxis: { type: s.x === "wall" ? "date" : "linear", title: { text: s.x === "relative" ? "seconds" : s.x === "step" ? "step" : "" } },
-    yaxis: { type: s.logy ? "log" : "linear" },
-    hovermode: "closest",
+    margin: { l: 52, r: 12, t: 8, b: 38 }, showlegend: false, uirevision: chart.tag + s.x + s.logy,
+    hovermode: "x", font: { size: 11 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    xaxis: { type: s.x === "wall" ? "date" : "linear", title: { text: axisTitle, font: { size: 11 } }, gridcolor: "#eceff1",
+      showspikes: true, spikemode: "across", spikethickness: 1, spikecolor: "#90a4ae", spikedash: "dot", zeroline: false },
+    yaxis: { type: s.logy ? "log" : "linear", gridcolor: "#eceff1", zeroline: false, exponentformat: "e" },
   };
 };
 
-ms.charts.draw = async function (tag, chart) {
-  await ms.plotly();
+ms.charts.config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d", "toImage"] };
+
+ms.charts.draw = async function (chart) {
   const width = chart.div.clientWidth || 600;
-  const data = await ms.get(ms.charts.query(tag, chart.ids, chart.window, width));
+  // The points are asked for while plotly.js loads: compiling it takes the browser seconds.
+  const [data] = await Promise.all([ms.get(ms.charts.query(chart.tag, chart.ids, chart.window, width)), ms.plotly()]);
+  chart.series = data.series;
   chart.counts = new Map(data.series.map((s) => [s.id, s.count]));
-  await Plotly.react(chart.div, data.series.map(ms.charts.trace), ms.charts.layout(tag), { responsive: true, displaylogo: false });
+  await Plotly.react(chart.div, ms.charts.traces(chart), ms.charts.layout(chart), ms.charts.config);
+  ms.charts.watch(chart);
   chart.div.dataset.series = String(data.series.length);
   chart.div.dataset.points = data.series.map((s) => s.x.length).join(",");
 };
 
-ms.charts.render = async function (container, ids) {
-  await ms.plotly();
+// What a chart is drawn from: when it changes, the chart is fetched again.
+ms.charts.key = function (chart) {
+  const { sort, ...drawn } = ms.charts.settings;  // the tooltip's order draws nothing
+  return JSON.stringify([chart.ids, chart.window, drawn]);
+};
+
+ms.charts.tagsOf = function (ids) {
   const tags = new Set();
   for (const id of ids) {
     const row = ms.table.byId.get(id);
-    for (const [tag, stats] of Object.entries((row && row.metrics) || {})) {
-      if (stats.kind === "scalar" || stats.kind === "histogram") tags.add(tag);
-    }
+    for (const [tag, stats] of Object.entries((row && row.metrics) || {})) if (stats.kind === "scalar") tags.add(tag);
   }
+  return [...tags].sort();
+};
+
+// The group of a tag: its prefix up to the first slash ("train/loss" is in "train").
+ms.charts.groupOf = function (tag) { const at = tag.indexOf("/"); return at > 0 ? tag.slice(0, at) : ""; };
+
+ms.charts.card = function (tag) {
+  let chart = ms.charts.charts.get(tag);
+  if (chart) return chart;
+  const div = ms.el("div", { class: "chart", "data-tag": tag });
+  const pin = ms.el("button", { class: "pin", title: "keep this chart at the top" });
+  const card = ms.el("div", { class: "card", "data-tag": tag },
+    ms.el("div", { class: "card-head" }, ms.el("span", { class: "card-title", title: tag }, tag),
+      ms.el("span", { class: "card-tools" }, pin,
+        ms.el("button", { class: "csv", title: "the points drawn, as CSV", onclick: () => ms.charts.save(chart, "csv") }, "CSV"),
+        ms.el("button", { class: "json", title: "the points drawn, as JSON", onclick: () => ms.charts.save(chart, "json") }, "JSON"))),
+    div);
+  chart = { tag, card, div, pin, ids: [], window: null, counts: new Map(), series: [], drawn: null };
+  pin.addEventListener("click", () => ms.charts.togglePin(tag));
+  ms.charts.charts.set(tag, chart);
+  return chart;
+};
+
+ms.charts.togglePin = function (tag) {
+  const pinned = ms.charts.pinned;
+  if (pinned.has(tag)) pinned.delete(tag); else pinned.add(tag);
+  ms.save("pinned", [...pinned]);
+  if (ms.charts.container) ms.charts.render(ms.charts.container, ms.charts.ids, ms.charts.options);
+};
+
+// A section of charts: the pinned ones, or one prefix group (collapsible).
+ms.charts.section = function (name, title, tags, collapsible, onToggle) {
+  const grid = ms.el("div", { class: "charts" });
+  for (const tag of tags) grid.append(ms.charts.card(tag).card);
+  const count = ms.el("span", { class: "count" }, `${tags.length} chart${tags.length === 1 ? "" : "s"}`);
+  if (!collapsible) return ms.el("section", { class: "group pinned", "data-group": name }, ms.el("div", { class: "group-title" }, title, count), grid);
+  const box = ms.el("details", { class: "group", "data-group": name }, ms.el("summary", { class: "group-title" }, title, count), grid);
+  box.open = !ms.charts.collapsed.has(name);
+  box.addEventListener("toggle", () => {
+    // Also fired for the state set just above: only a change by the reader counts.
+    if (box.open !== ms.charts.collapsed.has(name)) return;
+    if (box.open) ms.charts.collapsed.delete(name); else ms.charts.collapsed.add(name);
+    ms.save("collapsed", [...ms.charts.collapsed]);
+    onToggle();
+  });
+  return box;
+};
+
+// Draw the charts of *ids* in *container*: the legend, the pinned charts, then one group per
+// prefix. Only charts in open groups are fetched, and only when what they show changed.
+ms.charts.render = async function (container, ids, options) {
+  ms.charts.container = container;
+  ms.charts.ids = ids;
+  ms.charts.options = options || {};
+  ms.assignColors(ids);
+  const tags = ms.charts.tagsOf(ids);
+  ms.charts.tags = tags;
   for (const [tag, chart] of ms.charts.charts) {
-    if (!tags.has(tag)) { Plotly.purge(chart.div); ms.charts.charts.delete(tag); }
+    if (tags.includes(tag)) continue;
+    if (window.Plotly) Plotly.purge(chart.div);
+    ms.charts.charts.delete(tag);
   }
+  const re = ms.regex(ms.charts.filter);
+  const pinned = tags.filter((t) => ms.charts.pinned.has(t));
+  const matched = tags.filter((t) => !ms.charts.pinned.has(t) && (re instanceof Error || re.test(t)));
+  const groups = new Map();
+  for (const tag of matched) {
+    const group = ms.charts.groupOf(tag);
+    if (!groups.has(group)) groups.set(group, []);
+    groups.get(group).push(tag);
+  }
+  const names = [...groups.keys()].sort((a, b) => (a === "") - (b === "") || a.localeCompare(b));
+  const again = () => ms.charts.render(container, ids, options);
+  const parts = [];
+  if (ms.charts.options.legend && ids.length) parts.push(ms.charts.legend(ids));
+  if (pinned.length) parts.push(ms.charts.section("pinned", "pinned", pinned, false));
+  for (const name of names) parts.push(ms.charts.section(name, name ? name + "/" : "other tags", groups.get(name), true, again));
+  if (!tags.length) parts.push(ms.el("p", { class: "same" }, ids.length ? "the selected runs logged no scalars" : "select runs in the table to chart them"));
+  else if (!pinned.length && !matched.length) parts.push(ms.el("p", { class: "same" }, `no tag matches /${ms.charts.filter}/`));
+  container.replaceChildren(...parts);
   const draws = [];
-  for (const tag of [...tags].sort()) {
-    let chart = ms.charts.charts.get(tag);
-    if (!chart) {
-      const div = ms.el("div", { class: "chart", "data-tag": tag });
-      chart = { div, ids: [], window: null, counts: new Map() };
-      ms.charts.charts.set(tag, chart);
-    }
+  const stale = [];
+  for (const tag of [...pinned, ...matched]) {
+    const chart = ms.charts.charts.get(tag);
+    chart.pin.textContent = ms.charts.pinned.has(tag) ? "unpin" : "pin";
+    chart.card.classList.toggle("is-pinned", ms.charts.pinned.has(tag));
+    if (!ms.charts.pinned.has(tag) && ms.charts.collapsed.has(ms.charts.groupOf(tag))) continue;
+    if (chart.ids.join() !== ids.join()) chart.window = null;
     chart.ids = ids.slice();
-    container.append(chart.div);
-    draws.push(ms.charts.draw(tag, chart).then(() => ms.charts.watchZoom(tag, chart)));
+    if (chart.drawn !== ms.charts.key(chart) || !chart.div.data) stale.push(chart);
   }
+  // The first charts are drawn now; the others when scrolled near (as TensorBoard's cards),
+  // so fifty tags do not cost fifty requests before the first chart shows.
+  if (ms.charts.observer) ms.charts.observer.disconnect();
+  ms.charts.observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      ms.charts.observer.unobserve(entry.target);
+      const chart = ms.charts.charts.get(entry.target.dataset.tag);
+      if (chart && chart.div === entry.target) ms.charts.redraw(chart);
+    }
+  }, { rootMargin: "600px 0px" });
+  stale.forEach((chart, i) => {
+    if (i < ms.charts.EAGER) draws.push(ms.charts.redraw(chart));
+    else ms.charts.observer.observe(chart.div);
+  });
   await Promise.all(draws);
   container.dataset.ready = String(Date.now());
 };
 
-ms.charts.watchZoom = function (tag, chart) {
+// Charts drawn at once by a render; those after them wait until scrolled near.
+ms.charts.EAGER = 12;
+
+// Fetch and draw *chart* unless what it shows is drawn already.
+ms.charts.redraw = function (chart) {
+  const key = ms.charts.key(chart);
+  if (chart.drawn === key && chart.div.data) return Promise.resolve();
+  chart.drawn = key;
+  return ms.charts.draw(chart).catch((error) => { chart.drawn = null; throw error; });
+};
+
+ms.charts.legend = function (ids) {
+  return ms.el("div", { class: "legend", id: "legend" }, ids.map((id) => ms.el("span", { class: "legend-item", "data-id": id }, ms.runLabel(id))));
+};
+
+ms.charts.watch = function (chart) {
   if (chart.watching) return;
   chart.watching = true;
   chart.div.on("plotly_relayout", (event) => {
@@ -114,31 +255,85 @@ ms.charts.watchZoom = function (tag, chart) {
       window = event["xaxis.range"].map(ms.charts.fromAxis);
     } else return;
     chart.window = window;
-    ms.charts.draw(tag, chart);  // the server reduces the new window at full resolution
+    chart.drawn = ms.charts.key(chart);
+    ms.charts.draw(chart);  // the server reduces the new window at full resolution
   });
+  chart.div.on("plotly_hover", (event) => ms.tooltip.show(chart, event));
+  chart.div.on("plotly_unhover", () => ms.tooltip.hide());
 };
 
 // Bring the charts of running evaluations up to date, fetching only what is new.
 ms.charts.tick = async function (runningIds) {
-  for (const [tag, chart] of ms.charts.charts) {
+  for (const chart of ms.charts.charts.values()) {
     const live = chart.ids.filter((id) => runningIds.has(id));
-    if (!live.length) continue;
+    if (!live.length || !chart.div.data || !chart.div.isConnected) continue;
     const after = live.map((id) => `${id}:${chart.counts.get(id) || 0}`).join(",");
     const width = chart.div.clientWidth || 600;
-    const data = await ms.get(ms.charts.query(tag, live, chart.window, width, after));
-    for (const series of data.series) {
-      const index = chart.ids.indexOf(series.id);
-      if (index < 0 || !chart.div.data) continue;
-      const held = chart.counts.get(series.id) || 0;
-      chart.counts.set(series.id, series.count);
-      if (series.append) {
-        if (series.count > held && series.x.length) {
-          Plotly.extendTraces(chart.div, { x: [ms.charts.toAxis(series.x)], y: [series.y], customdata: [series.steps] }, [index]);
-        }
-      } else {
-        Plotly.restyle(chart.div, { x: [ms.charts.toAxis(series.x)], y: [series.y], customdata: [series.steps] }, [index]);
-      }
+    const data = await ms.get(ms.charts.query(chart.tag, live, chart.window, width, after));
+    let replaced = false;
+    for (const fresh of data.series) {
+      const held = chart.series.find((s) => s.id === fresh.id);
+      if (!held) continue;
+      const before = chart.counts.get(fresh.id) || 0;
+      chart.counts.set(fresh.id, fresh.count);
+      if (!fresh.append) { Object.assign(held, fresh); replaced = true; continue; }
+      if (fresh.count <= before || !fresh.x.length) continue;
+      for (const field of ["x", "y", "raw", "steps", "rel"]) if (held[field] && fresh[field]) held[field] = held[field].concat(fresh[field]);
+      held.count = fresh.count;
+      const index = (uid) => chart.div.data.findIndex((t) => t.uid === uid);
+      const x = ms.charts.toAxis(fresh.x);
+      const line = index("line_" + fresh.id), raw = index("raw_" + fresh.id);
+      if (line >= 0) Plotly.extendTraces(chart.div, { x: [x], y: [fresh.y] }, [line]);
+      if (raw >= 0 && fresh.raw) Plotly.extendTraces(chart.div, { x: [x], y: [fresh.raw] }, [raw]);
     }
-    chart.div.dataset.points = chart.ids.map((id, i) => (chart.div.data[i] ? chart.div.data[i].x.length : 0)).join(",");
+    if (replaced) await Plotly.react(chart.div, ms.charts.traces(chart), ms.charts.layout(chart), ms.charts.config);
+    chart.div.dataset.points = chart.series.map((s) => s.x.length).join(",");
   }
+};
+
+// The points a chart draws, per run: step, wall time, relative time, value (and smoothed).
+ms.charts.points = function (chart) {
+  const smoothed = ms.charts.smoothed();
+  return chart.series.map((s) => {
+    const value = smoothed ? (s.raw || s.y) : s.y;
+    const out = { id: s.id, name: ms.nameOf(s.id), step: s.steps.slice(),
+      wall_time: s.rel.map((r) => (r === null || s.start === null ? null : Math.round((s.start + r) * 1000) / 1000)),
+      relative_s: s.rel.slice(), value: value.slice() };
+    if (smoothed) out.smoothed = s.y.slice();
+    return out;
+  });
+};
+
+// A CSV cell: quoted when it holds a separator, a quote or a line break; a name that a
+// spreadsheet would read as a formula (=, +, -, @) starts with an apostrophe.
+ms.charts.cell = function (value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return String(value);
+  let text = String(value);
+  if (/^[=+\-@\t\r]/.test(text)) text = "'" + text;
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+};
+
+ms.charts.csv = function (chart) {
+  const smoothed = ms.charts.smoothed();
+  const head = ["run", "name", "step", "wall_time", "relative_s", "value", ...(smoothed ? ["smoothed"] : [])];
+  const lines = [head.join(",")];
+  for (const p of ms.charts.points(chart)) {
+    p.step.forEach((step, i) => {
+      const row = [p.id, p.name, step, p.wall_time[i], p.relative_s[i], p.value[i], ...(smoothed ? [p.smoothed[i]] : [])];
+      lines.push(row.map(ms.charts.cell).join(","));
+    });
+  }
+  return lines.join("\r\n") + "\r\n";
+};
+
+ms.charts.json = function (chart) {
+  const s = ms.charts.settings;
+  return JSON.stringify({ tag: chart.tag, x: s.x, window: chart.window,
+    smoothing: ms.charts.smoothed() ? { mode: s.smooth, weight: s.weight } : null, runs: ms.charts.points(chart) }, null, 1);
+};
+
+ms.charts.save = function (chart, format) {
+  if (format === "csv") ms.download(ms.fileName(chart.tag, "csv"), ms.charts.csv(chart), "text/csv");
+  else ms.download(ms.fileName(chart.tag, "json"), ms.charts.json(chart), "application/json");
 };

@@ -31,12 +31,19 @@ ms.kinds.plot = function (box, traces, layout, cls) {
 ms.kinds.draw = {};
 
 ms.kinds.draw.image = function (box, data, where) {
-  box.append(ms.el("div", { class: "media" }, data.events.slice(-24).map((e) =>
-    ms.el("figure", { style: "display:inline-block;margin:4px" },
-      ms.el("img", { src: ms.kinds.mediaUrl(where, e), alt: `${where.tag} step ${e.step}` }),
-      ms.el("figcaption", {}, `step ${e.step}`)))));
+  box.append(ms.el("div", { class: "media" }, data.events.slice(-24).map((e) => {
+    const img = ms.el("img", { src: ms.kinds.mediaUrl(where, e), alt: `${where.tag} step ${e.step}` });
+    img.style.width = ms.across.imageWidth(e.width) + "px";
+    if ((e.width || 0) < 160) img.classList.add("pixelated");
+    img.addEventListener("click", () => ms.across.lightbox(img.src, `${where.tag} · step ${e.step}`));
+    return ms.el("figure", { style: "display:inline-block;margin:4px" }, img, ms.el("figcaption", {}, `step ${e.step}`));
+  })));
 };
 ms.kinds.draw.video = ms.kinds.draw.image;  // GIFs play in an img
+
+ms.kinds.draw.graph = async function (box, data, where) {
+  box.append(ms.graph.tree(await ms.get(`/api/graph?id=${where.id}&tag=${encodeURIComponent(where.tag)}`)));
+};
 
 ms.kinds.draw.audio = function (box, data, where) {
   box.append(ms.el("div", {}, data.events.slice(-10).map((e) => ms.el("p", {},
@@ -49,31 +56,14 @@ ms.kinds.draw.text = function (box, data) {
 };
 
 // Histograms over steps as an offset view: one filled outline per step, the newest in
-// front at the bottom, each scaled to its own peak (as TensorBoard's offset mode).
+// front at the bottom, each scaled to its own peak (as TensorBoard's offset mode), drawn
+// as the runs page draws them.
 ms.kinds.draw.histogram = function (box, data, where) {
   const shown = data.events.slice(-30);
-  const overlap = 2.5;
-  const traces = [];
-  const ticks = [];
-  shown.forEach((e, i) => {
-    const base = shown.length - 1 - i;  // older further up and back
-    const peak = Math.max(...e.counts, 0) || 1;
-    // The edge buckets reach far (TensorBoard's edges end at +-1e308): clamp to the data.
-    const xs = e.limits.map((x) => Math.min(Math.max(x, e.min), e.max));
-    const lo = xs[0], hi = xs[xs.length - 1];
-    const ys = e.counts.map((c) => base + overlap * c / peak);
-    const shade = Math.round(60 + 160 * (i + 1) / shown.length);
-    traces.push({
-      type: "scatter", mode: "lines", x: [lo, ...xs, hi], y: [base, ...ys, base], fill: "toself",
-      fillcolor: `rgba(${255 - shade}, ${120}, ${shade}, 0.85)`, line: { color: "#fff", width: 0.8, shape: "vh" },
-      name: `step ${e.step}`, hovertemplate: `step ${e.step}<br>%{x:.4g}<extra></extra>`,
-    });
-    ticks.push([base, String(e.step)]);
-  });
-  const div = ms.kinds.plot(box, traces, {
-    title: { text: `${where.tag}: offset view of the last ${shown.length} steps`, font: { size: 13 } },
-    yaxis: { tickvals: ticks.map((t) => t[0]), ticktext: ticks.map((t) => t[1]), title: { text: "step" }, zeroline: false },
-    xaxis: { zeroline: false },
+  const div = ms.kinds.plot(box, ms.across.histogramTraces(shown, ms.colorOf(where.id), "offset"), {
+    ...ms.across.histogramLayout(shown, "offset"),
+    title: { text: ms.plotText(`${where.tag}: offset view of the last ${shown.length} steps`), font: { size: 13 } },
+    margin: { l: 50, r: 10, t: 30, b: 40 },
   }, "chart ridge");
   div.dataset.steps = String(shown.length);
 };
@@ -87,7 +77,7 @@ ms.kinds.draw.pr_curve = function (box, data, where) {
   const trace = (p) => ({ type: "scatter", mode: "lines+markers", x: p.recall, y: p.precision, marker: { size: 3 },
     line: { color: "#1f77b4" }, hovertemplate: "recall %{x:.3f}, precision %{y:.3f}<extra></extra>" });
   const layout = (p) => ({
-    title: { text: `${where.tag} at step ${p.step}`, font: { size: 13 } },
+    title: { text: ms.plotText(`${where.tag} at step ${p.step}`), font: { size: 13 } },
     xaxis: { title: { text: "recall" }, range: [0, 1.02] }, yaxis: { title: { text: "precision" }, range: [0, 1.02] },
   });
   const last = points[points.length - 1];
@@ -115,17 +105,17 @@ ms.kinds.draw.embedding = async function (box, data, where) {
     const name = p.labels ? p.labels[i] : "";
     if (!groups.has(name)) groups.set(name, { x: [], y: [], text: [] });
     const g = groups.get(name);
-    g.x.push(x); g.y.push(p.y[i]); g.text.push(`row ${p.index[i]}${name ? " · " + name : ""}`);
+    g.x.push(x); g.y.push(p.y[i]); g.text.push(ms.plotText(`row ${p.index[i]}${name ? " · " + name : ""}`));
   });
   const traces = [...groups.entries()].map(([name, g], i) => ({
-    type: "scatter", mode: "markers", x: g.x, y: g.y, text: g.text, name: name || "points",
+    type: "scatter", mode: "markers", x: g.x, y: g.y, text: g.text, name: ms.plotText(name || "points"),
     marker: { size: 6, color: ms.palette[i % ms.palette.length] }, hovertemplate: "%{text}<extra></extra>",
   }));
   const share = (v) => `${(100 * v).toFixed(1)} %`;
   box.append(ms.el("p", {}, `step ${p.step}: ${p.shape[0]} points of ${p.shape[1]} dimensions` +
     (p.x.length < p.shape[0] ? `, ${p.x.length} drawn` : "") + "; principal components of the stored matrix"));
   const div = ms.kinds.plot(box, traces, {
-    title: { text: `${where.tag}: PCA`, font: { size: 13 } }, showlegend: groups.size > 1 && groups.size <= 30,
+    title: { text: ms.plotText(`${where.tag}: PCA`), font: { size: 13 } }, showlegend: groups.size > 1 && groups.size <= 30,
     xaxis: { title: { text: `PC 1 (${share(p.explained[0])})` } }, yaxis: { title: { text: `PC 2 (${share(p.explained[1])})` } },
   }, "chart embedding");
   div.dataset.points = String(p.x.length);

@@ -53,7 +53,7 @@ ms.pages.evaluation = async function (id) {
       tags.map((t) => ms.el("tr", {}, ms.el("td", {}, t), ms.el("td", {}, metrics[t].kind),
         ["count", "first", "last", "min", "max"].map((k) => ms.el("td", { class: "num" }, ms.num(metrics[t][k])))))));
   }
-  const chartBox = ms.el("div", { class: "charts", id: "charts" });
+  const chartBox = ms.el("div", { class: "scalars", id: "charts" });
   parts.push(chartBox);
   const others = ms.el("div", { id: "media" });
   parts.push(others);

@@ -7,7 +7,41 @@ ms.table = {
   sort: { key: "started", desc: true },
   filter: { fn: "", status: "", args: "", text: "" },
   page: 0, pageSize: 100,
+  labels: new Map(),  // id -> "train lr=0.1 seed=4", for runs without a name of their own
   onSelect: () => {},
+};
+
+// Labels for *rows*: per function, the function's name and the scalar arguments whose values
+// differ among those rows (at most four), so runs of one sweep read apart; a label two rows
+// share gets their short ids.
+ms.table.label = function (rows) {
+  const byFunction = new Map();
+  for (const row of rows) {
+    if (!byFunction.has(row.function)) byFunction.set(row.function, []);
+    byFunction.get(row.function).push(row);
+  }
+  const labels = new Map();
+  for (const [fn, group] of byFunction) {
+    const values = new Map();
+    for (const row of group) {
+      for (const [name, value] of Object.entries(row.args || {})) {
+        if (!["number", "string", "boolean"].includes(typeof value)) continue;
+        if (!values.has(name)) values.set(name, new Set());
+        values.get(name).add(String(value));
+      }
+    }
+    const differ = [...values.entries()].filter(([name, seen]) => seen.size > 1 ||
+      group.some((row) => !(name in (row.args || {})))).map(([name]) => name).slice(0, 4);
+    const counts = new Map();
+    for (const row of group) {
+      const parts = differ.filter((name) => name in (row.args || {})).map((name) => `${name}=${ms.num(row.args[name])}`);
+      const label = [ms.fname(fn), ...parts].join(" ");
+      labels.set(row.id, label);
+      counts.set(label, (counts.get(label) || 0) + 1);
+    }
+    for (const row of group) if (counts.get(labels.get(row.id)) > 1) labels.set(row.id, `${labels.get(row.id)} · ${ms.short(row.id)}`);
+  }
+  return labels;
 };
 
 ms.table.load = function (data) {
@@ -36,6 +70,7 @@ ms.table.columns = function () {
   const cols = [
     { key: "select", title: "" },
     { key: "id", title: "id", get: (r) => r.id },
+    { key: "name", title: "name", get: (r) => ms.nameOf(r.id) },
     { key: "function", title: "function", get: (r) => ms.fname(r.function) },
     { key: "status", title: "status", get: (r) => r.status },
     { key: "started", title: "created", get: (r) => r.started, show: (r) => (r.created || "").slice(0, 19).replace("T", " ") },
@@ -87,7 +122,7 @@ ms.table.visible = function () {
     (!f.fn || r.function === f.fn) &&
     (!f.status || r.status === f.status) &&
     terms.every((term) => t.matchTerm(r, term)) &&
-    (!text || (r.id + " " + r.function + " " + r.status + " " + JSON.stringify(r.args)).toLowerCase().includes(text)));
+    (!text || (r.id + " " + ms.nameOf(r.id) + " " + r.function + " " + r.status + " " + JSON.stringify(r.args)).toLowerCase().includes(text)));
   const col = t.columns().find((c) => c.key === t.sort.key);
   if (col && col.get) {
     const sign = t.sort.desc ? -1 : 1;
@@ -133,6 +168,8 @@ ms.table.filters = function (onChange) {
 ms.table.render = function (container) {
   const t = ms.table;
   const rows = t.visible();
+  // Names among the runs shown: the table's rows and the selected ones.
+  t.labels = t.label([...new Set([...rows, ...[...t.selected].map((id) => t.byId.get(id)).filter(Boolean)])]);
   const cols = t.columns();
   const pages = Math.max(1, Math.ceil(rows.length / t.pageSize));
   t.page = Math.min(t.page, pages - 1);
@@ -165,6 +202,7 @@ ms.table.render = function (container) {
     }
     if (c.key === "id") return ms.el("td", {}, ms.el("a", { href: `#/eval/${r.id}` }, ms.short(r.id)));
     if (c.key === "status") return ms.el("td", { class: "status-" + r.status }, r.status);
+    if (c.key === "name") return ms.el("td", { class: "name", title: ms.nameOf(r.id) }, ms.nameOf(r.id));
     const value = c.show ? c.show(r) : ms.num(c.get(r));
     return ms.el("td", { class: c.num ? "num" : "" }, value);
   })));

@@ -1,0 +1,302 @@
+// The runs page's views of what the selected runs logged beyond scalars, run beside run:
+// images (a step slider per tag, a click for full size), histograms (offset, overlay, or
+// distribution bands as TensorBoard's distributions), text and PR curves with a step slider.
+"use strict";
+
+ms.across = {
+  histMode: "offset",
+  steps: new Map(),  // tag -> the step the reader picked (absent: the last)
+  tabs: {
+    images: { kinds: ["image", "video"], title: "images" },
+    histograms: { kinds: ["histogram"], title: "histograms" },
+    text: { kinds: ["text"], title: "text" },
+    pr: { kinds: ["pr_curve"], title: "PR curves" },
+  },
+};
+
+// The tags of *kinds* the runs *ids* logged, matching the tag filter, sorted.
+ms.across.tagsOf = function (ids, kinds) {
+  const re = ms.regex(ms.charts.filter);
+  const tags = new Set();
+  for (const id of ids) {
+    const row = ms.table.byId.get(id);
+    for (const [tag, stats] of Object.entries((row && row.metrics) || {})) {
+      if (kinds.includes(stats.kind) && (re instanceof Error || re.test(tag))) tags.add(tag);
+    }
+  }
+  return [...tags].sort();
+};
+
+ms.across.count = function (ids, tab) {
+  const kinds = tab === "graph" ? ["graph"] : ms.across.tabs[tab].kinds;
+  return ms.across.tagsOf(ids, kinds).length;
+};
+
+ms.across.render = async function (container, tab, ids) {
+  const tags = ms.across.tagsOf(ids, ms.across.tabs[tab].kinds);
+  const parts = [];
+  if (tab === "histograms") {
+    const mode = ms.el("select", { id: "hist-mode", onchange: (e) => { ms.across.histMode = e.target.value; ms.across.render(container, tab, ids); } },
+      [["offset", "offset (one outline per step)"], ["overlay", "overlay (steps on one axis)"], ["distribution", "distribution (percentile bands over steps)"]]
+        .map(([value, label]) => ms.el("option", { value }, label)));
+    mode.value = ms.across.histMode;
+    parts.push(ms.el("div", { class: "controls" }, ms.el("label", {}, "view ", mode)));
+  }
+  if (!tags.length) parts.push(ms.el("p", { class: "same" }, ids.length ? `the selected runs logged no ${ms.across.tabs[tab].title}` + (ms.charts.filter ? ` matching /${ms.charts.filter}/` : "") : "select runs in the table"));
+  container.replaceChildren(...parts);
+  const draws = tags.map(async (tag) => {
+    const section = ms.el("section", { class: "kind-tag", "data-tag": tag, "data-tab": tab }, ms.el("h3", {}, tag));
+    container.append(section);
+    const data = await ms.get(`/api/tag?ids=${ids.join(",")}&tag=${encodeURIComponent(tag)}`);
+    const runs = data.runs.filter((r) => r.events.length);
+    await ms.across.draw[tab](section, tag, runs);
+  });
+  await Promise.all(draws);
+  container.dataset.ready = tab;
+};
+
+// The event of *events* at *step*: the last one logged at or before it, else the first.
+ms.across.at = function (events, step) {
+  let found = events[0];
+  for (const e of events) if (e.step <= step && (found.step > step || e.step >= found.step)) found = e;
+  return found;
+};
+
+// A slider over every step any run logged the tag at; *onStep(step)* draws that step.
+ms.across.slider = function (tag, runs, onStep) {
+  const steps = [...new Set(runs.flatMap((r) => r.events.map((e) => e.step)))].sort((a, b) => a - b);
+  const picked = ms.across.steps.get(tag);
+  const start = picked !== undefined && steps.includes(picked) ? steps.indexOf(picked) : steps.length - 1;
+  const label = ms.el("span", { class: "step-label" });
+  const input = ms.el("input", { type: "range", class: "step-slider", min: "0", max: String(Math.max(0, steps.length - 1)), value: String(start) });
+  const show = () => {
+    const step = steps[Number(input.value)];
+    label.textContent = `step ${step}` + (steps.length > 1 ? ` (${Number(input.value) + 1} of ${steps.length})` : "");
+    onStep(step);
+  };
+  input.addEventListener("input", () => {
+    const step = steps[Number(input.value)];
+    if (Number(input.value) === steps.length - 1) ms.across.steps.delete(tag); else ms.across.steps.set(tag, step);
+    show();
+  });
+  const box = ms.el("div", { class: "controls step-controls" }, ms.el("label", {}, "step ", input), label);
+  if (steps.length < 2) input.disabled = true;
+  return { box, show };
+};
+
+ms.across.head = function (id, detail) {
+  return ms.el("div", { class: "card-head" }, ms.runLabel(id), detail || null);
+};
+
+ms.across.mediaUrl = function (id, tag, e) {
+  return `/api/media?id=${id}&tag=${encodeURIComponent(tag)}&i=${e.media}`;
+};
+
+// An image at a readable size: small ones scaled up by a whole factor (pixels stay sharp),
+// big ones down to the card's width.
+ms.across.imageWidth = function (width) {
+  if (!width) return 240;
+  if (width < 160) return width * Math.max(1, Math.floor(240 / width));
+  return Math.min(width, 420);
+};
+
+ms.across.draw = {};
+
+ms.across.draw.images = function (section, tag, runs) {
+  const grid = ms.el("div", { class: "cards media-cards" });
+  const cards = runs.map((run) => {
+    const img = ms.el("img", { alt: `${tag} of ${ms.nameOf(run.id)}`, loading: "lazy" });
+    const caption = ms.el("span", { class: "step-of" });
+    const card = ms.el("figure", { class: "card media-card", "data-id": run.id }, ms.across.head(run.id, caption), img);
+    img.addEventListener("click", () => ms.across.lightbox(img.src, `${ms.nameOf(run.id)} · ${tag} · ${caption.textContent}`));
+    grid.append(card);
+    return { run, img, caption, card };
+  });
+  const slider = ms.across.slider(tag, runs, (step) => {
+    for (const c of cards) {
+      const e = ms.across.at(c.run.events, step);
+      if (e.media === undefined) continue;
+      const src = ms.across.mediaUrl(c.run.id, tag, e);
+      if (c.img.getAttribute("src") !== src) c.img.src = src;
+      c.img.style.width = ms.across.imageWidth(e.width) + "px";
+      c.img.classList.toggle("pixelated", (e.width || 0) < 160);
+      c.caption.textContent = `step ${e.step}` + (e.width ? ` · ${e.width}×${e.height}` : "");
+      c.card.dataset.step = String(e.step);
+    }
+  });
+  section.append(slider.box, grid);
+  slider.show();
+};
+
+// Full size, over the page: small images at the largest whole factor that fits the window.
+ms.across.lightbox = function (src, caption) {
+  const img = ms.el("img", { src, alt: caption });
+  const box = ms.el("div", { class: "lightbox", id: "lightbox", title: "click or press Escape to close" },
+    ms.el("figure", {}, img, ms.el("figcaption", {}, caption)));
+  const close = () => { box.remove(); document.removeEventListener("keydown", onKey); };
+  const onKey = (e) => { if (e.key === "Escape") close(); };
+  box.addEventListener("click", close);
+  document.addEventListener("keydown", onKey);
+  img.addEventListener("load", () => {
+    const fit = Math.min((window.innerWidth * 0.92) / img.naturalWidth, (window.innerHeight * 0.82) / img.naturalHeight);
+    const scale = fit >= 1 ? Math.max(1, Math.floor(fit)) : fit;
+    img.style.width = Math.round(img.naturalWidth * scale) + "px";
+    img.classList.toggle("pixelated", scale > 1);
+    box.dataset.scale = String(scale);
+  });
+  document.body.append(box);
+};
+
+ms.across.rgba = function (hex, alpha) {
+  const n = parseInt(hex.slice(1), 16);
+  return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
+};
+
+// A histogram point's buckets as (left, right, count), edges clamped to its min and max
+// (TensorBoard's outer edges reach +-1e308).
+ms.across.buckets = function (e) {
+  const clamp = (x) => Math.min(Math.max(x, e.min), e.max);
+  return e.counts.map((count, i) => [clamp(i === 0 ? e.min : e.limits[i - 1]), clamp(e.limits[i]), count]);
+};
+
+// A histogram point on *n* equal buckets from its min to its max, each bucket's count
+// spread over the new ones it overlaps (TensorBoard's edges grow away from zero, so raw
+// counts would show the bucket widths, not the distribution).
+ms.across.rebin = function (e, n) {
+  const buckets = ms.across.buckets(e);
+  const total = buckets.reduce((sum, b) => sum + b[2], 0);
+  if (!(e.max > e.min)) return [[e.min - 0.5, e.max + 0.5, total]];
+  const width = (e.max - e.min) / n;
+  const out = Array.from({ length: n }, (_, i) => [e.min + i * width, e.min + (i + 1) * width, 0]);
+  const index = (x) => Math.min(n - 1, Math.max(0, Math.floor((x - e.min) / width)));
+  for (const [left, right, count] of buckets) {
+    if (!count) continue;
+    if (!(right > left)) { out[index(left)][2] += count; continue; }
+    for (let i = index(left); i <= index(right); i++) {
+      const overlap = Math.min(right, out[i][1]) - Math.max(left, out[i][0]);
+      if (overlap > 0) out[i][2] += (count * overlap) / (right - left);
+    }
+  }
+  return out;
+};
+
+// The values below which the fractions *ps* of a histogram's counts lie (linear in a bucket).
+ms.across.percentiles = function (e, ps) {
+  const buckets = ms.across.buckets(e);
+  const total = buckets.reduce((sum, b) => sum + b[2], 0);
+  if (!total) return ps.map(() => null);
+  return ps.map((p) => {
+    const target = p * total;
+    let seen = 0;
+    for (const [left, right, count] of buckets) {
+      if (count > 0 && seen + count >= target) return left + ((target - seen) / count) * (right - left);
+      seen += count;
+    }
+    return e.max;
+  });
+};
+
+// TensorBoard's distribution basis points: min, 7, 16, 31, 50, 69, 84, 93 %, max.
+ms.across.BASIS = [0, 0.0668, 0.1587, 0.3085, 0.5, 0.6915, 0.8413, 0.9332, 1];
+
+ms.across.histogramTraces = function (events, color, mode) {
+  if (mode === "distribution") {
+    const steps = events.map((e) => e.step);
+    const bands = events.map((e) => ms.across.percentiles(e, ms.across.BASIS));
+    const at = (k) => bands.map((b) => b[k]);
+    const traces = [];
+    // From the outer band inwards, each filled down to its lower edge, darker inside.
+    [[0, 8, 0.14], [1, 7, 0.22], [2, 6, 0.32], [3, 5, 0.45]].forEach(([lo, hi, alpha]) => {
+      traces.push({ type: "scatter", mode: "lines", x: steps, y: at(lo), line: { width: 0, color }, hoverinfo: "skip" });
+      traces.push({ type: "scatter", mode: "lines", x: steps, y: at(hi), fill: "tonexty", fillcolor: ms.across.rgba(color, alpha),
+        line: { width: 0, color }, hoverinfo: "skip" });
+    });
+    traces.push({ type: "scatter", mode: "lines", x: steps, y: at(4), line: { color, width: 1.6 }, name: "median",
+      hovertemplate: "step %{x}: median %{y:.4g}<extra></extra>" });
+    return traces;
+  }
+  const shown = events.slice(-30);
+  return shown.map((e, i) => {
+    const buckets = ms.across.rebin(e, 40);
+    const xs = [buckets[0][0], ...buckets.map((b) => b[1])];
+    const ys = [0, ...buckets.map((b) => b[2])];
+    const age = shown.length > 1 ? i / (shown.length - 1) : 1;  // 0 oldest, 1 newest
+    if (mode === "overlay") {
+      return { type: "scatter", mode: "lines", x: xs, y: ys, line: { color, width: age === 1 ? 2 : 1, shape: "vh" },
+        opacity: 0.15 + 0.85 * age, name: `step ${e.step}`, hovertemplate: `step ${e.step}: %{y:.4g} up to %{x:.4g}<extra></extra>` };
+    }
+    // offset: one filled outline per step, older further up and back, each scaled to its peak.
+    const peak = Math.max(...ys, 0) || 1;
+    const base = shown.length - 1 - i;
+    return { type: "scatter", mode: "lines", x: [xs[0], ...xs, xs[xs.length - 1]], y: [base, base, ...ys.slice(1).map((c) => base + 2.5 * c / peak), base],
+      fill: "toself", fillcolor: ms.across.rgba(color, 0.25 + 0.6 * age), line: { color: "#fff", width: 0.8, shape: "vh" },
+      name: `step ${e.step}`, hovertemplate: `step ${e.step}<br>%{x:.4g}<extra></extra>` };
+  });
+};
+
+ms.across.histogramLayout = function (events, mode) {
+  const base = { margin: { l: 48, r: 10, t: 6, b: 34 }, showlegend: false, font: { size: 10 }, hovermode: "closest",
+    xaxis: { zeroline: false, gridcolor: "#eceff1" }, yaxis: { zeroline: false, gridcolor: "#eceff1" } };
+  if (mode === "distribution") return { ...base, xaxis: { ...base.xaxis, title: { text: "step" } } };
+  if (mode === "overlay") return { ...base, yaxis: { ...base.yaxis, title: { text: "count" } } };
+  const shown = events.slice(-30);
+  const every = Math.max(1, Math.ceil(shown.length / 8));
+  const ticks = shown.map((e, i) => [shown.length - 1 - i, String(e.step)]).filter((_, i) => (shown.length - 1 - i) % every === 0);
+  return { ...base, yaxis: { ...base.yaxis, tickvals: ticks.map((t) => t[0]), ticktext: ticks.map((t) => t[1]), title: { text: "step" } } };
+};
+
+ms.across.draw.histograms = function (section, tag, runs) {
+  const mode = ms.across.histMode;
+  const grid = ms.el("div", { class: "cards" });
+  section.append(grid);
+  const plots = [];
+  for (const run of runs) {
+    const div = ms.el("div", { class: "chart small", "data-mode": mode });
+    grid.append(ms.el("div", { class: "card", "data-id": run.id }, ms.across.head(run.id, ms.el("span", { class: "step-of" },
+      run.count <= 30 || mode === "distribution" ? `${run.count} steps` : `the last 30 of ${run.count} steps`)), div));
+    plots.push(ms.plotly().then(() => Plotly.newPlot(div, ms.across.histogramTraces(run.events, ms.colorOf(run.id), mode),
+      ms.across.histogramLayout(run.events, mode), { responsive: true, displaylogo: false }))
+      .then(() => { div.dataset.drawn = String(div.data.length); }));
+  }
+  return Promise.all(plots);
+};
+
+ms.across.draw.text = function (section, tag, runs) {
+  const grid = ms.el("div", { class: "cards text-cards" });
+  const cards = runs.map((run) => {
+    const caption = ms.el("span", { class: "step-of" });
+    const text = ms.el("pre", { class: "logged-text" });
+    grid.append(ms.el("div", { class: "card", "data-id": run.id }, ms.across.head(run.id, caption), text));
+    return { run, caption, text };
+  });
+  const slider = ms.across.slider(tag, runs, (step) => {
+    for (const c of cards) {
+      const e = ms.across.at(c.run.events, step);
+      c.text.textContent = e.text;
+      c.caption.textContent = `step ${e.step}`;
+    }
+  });
+  section.append(slider.box, grid);
+  slider.show();
+};
+
+ms.across.draw.pr = function (section, tag, runs) {
+  const div = ms.el("div", { class: "chart pr" });
+  const card = ms.el("div", { class: "card wide" }, div);
+  let drawn = null;
+  const slider = ms.across.slider(tag, runs, (step) => {
+    const traces = runs.map((run) => {
+      const p = ms.across.at(run.events, step);
+      return { type: "scatter", mode: "lines+markers", x: p.recall, y: p.precision, marker: { size: 3 }, name: ms.plotText(ms.nameOf(run.id)),
+        line: { color: ms.colorOf(run.id), width: 1.7 }, customdata: p.recall.map(() => p.step),
+        hovertemplate: `${ms.plotText(ms.nameOf(run.id))}<br>step %{customdata}: recall %{x:.3f}, precision %{y:.3f}<extra></extra>` };
+    });
+    const layout = { margin: { l: 52, r: 12, t: 8, b: 40 }, showlegend: false, font: { size: 11 }, hovermode: "closest",
+      xaxis: { title: { text: "recall" }, range: [0, 1.02], gridcolor: "#eceff1" }, yaxis: { title: { text: "precision" }, range: [0, 1.02], gridcolor: "#eceff1" } };
+    drawn = (drawn || ms.plotly()).then(() => Plotly.react(div, traces, layout, { responsive: true, displaylogo: false }))
+      .then(() => { div.dataset.step = String(step); div.dataset.drawn = String(traces.length); });
+  });
+  section.append(slider.box, card);
+  // Drawn once the card is on the page, so that plotly sizes it.
+  return new Promise((resolve) => setTimeout(() => { slider.show(); drawn.then(resolve); }, 0));
+};
