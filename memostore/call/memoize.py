@@ -433,6 +433,7 @@ class MemoizedFunction:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         body: Callable[..., Any] | None = None,
+        writer: recording.ResultWriter | None = None,
     ) -> Any:
         ctx = context.EvalContext(
             store=store,
@@ -476,7 +477,7 @@ class MemoizedFunction:
         duration = time.perf_counter() - t0
         if storable:
             rng_used = rng.end(rng_frame) if rng_frame is not None else {}
-            recording.store_result(store, call, ctx, result, started, duration, rng_used)
+            recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)
             if call.stored is not None:
                 _remember_stored(result, call.stored.id)
             with contextlib.suppress(OSError):
