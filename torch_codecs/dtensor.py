@@ -35,6 +35,7 @@ collective, so a rank may restore while the others wait elsewhere):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable
 from typing import Any
 
@@ -128,6 +129,15 @@ def world_mesh(device_type: str, names: list[str] | None) -> Any:
     return found[1]
 
 
+def is_shard(t: Any) -> bool:
+    """Whether *t* is a DTensor sharded over more than one rank (its local part differs)."""
+    found = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(found, "DTensor", None) if found is not None else None
+    if dtensor is None or not isinstance(t, dtensor):
+        return False
+    return t.device_mesh.size() > 1 and any(p.is_shard() for p in t.placements)
+
+
 def chunk_range(size: int, parts: int, index: int) -> tuple[int, int]:
     """The part *index* of *size* elements split in *parts* as DTensor's Shard splits them."""
     step = -(-size // parts) if size else 0
@@ -211,6 +221,9 @@ class DTensorCodec(Codec):
         if "state" in node:
             t.__dict__.update(dec.node(node["state"]))
         return t
+
+    def holds_shards(self, obj: Any) -> bool:
+        return is_shard(obj)
 
     def merge_ranks(self, nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The node of a DTensor from every rank's node of it: their shards side by side."""

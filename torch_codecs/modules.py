@@ -32,6 +32,7 @@ from memostore.values.codecs import Codec
 
 from . import fsdp
 from .dtensor import TAG as DTENSOR_TAG
+from .dtensor import is_shard
 from .fingerprints import Fingerprint, fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .module_guards import TreeGuard
@@ -84,6 +85,9 @@ class ModuleCodec(Codec):
                 by_key.setdefault(key, []).append(param)
         dec.session.setdefault(SESSION_PARAMS, []).append(by_key)
         return module
+
+    def holds_shards(self, m: torch.nn.Module) -> bool:
+        return any(map(is_shard, m.parameters()))
 
     def fingerprint(self, m: torch.nn.Module) -> Hashable | None:
         snapshot = fingerprint_or_none(m)

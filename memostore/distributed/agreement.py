@@ -5,9 +5,10 @@ body has returned (``calls.py`` exchanges that first), the ranks compare
 their results before anything is published:
 
 1. rank 0 stores its result (the evaluation's usual write: objects first),
-   every other rank hashes its own (the digest cache helps), and one
-   all-gather of 33 bytes per rank (a flag, and the result's id) tells every
-   rank every rank's id;
+   every other rank hashes its own (the digest cache helps; a result holding
+   shards, such as a sharded model, it stores at once instead: it will
+   differ), and one all-gather of 33 bytes per rank (a flag, and the
+   result's id) tells every rank every rank's id;
 2. equal ids: rank 0 publishes its result as the evaluation's, as for a
    single process (the other ranks wrote nothing);
 3. different ids: each other rank stores its own result into the store,
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..call import recording
 from ..call.evaluation import summarize
+from ..values.codecs import registry
 from ..values.encoding import Encoder, HashSink, StoreSink
 from ..values.rank_results import depends_on_rank, per_rank_doc
 
@@ -116,29 +118,41 @@ class Agreement:
 
     # -- the other ranks ------------------------------------------------------------------
     def settle(self, result: Any) -> None:
-        """A rank other than 0: compare its result with rank 0's; store it if they differ."""
+        """A rank other than 0: compare its result with rank 0's; store it if they differ.
+
+        A result holding shards (:meth:`Codec.holds_shards`) is stored at once,
+        while rank 0 stores its own, rather than hashed first: it will differ.
+        """
         digest: str | None
-        try:
-            digest = Encoder(HashSink()).encode_value(result)
-        except Exception as exc:
-            digest = None
-            self._warn(f"its result cannot be hashed ({type(exc).__name__}: {exc})")
+        row: tuple[str | None, dict[str, str], str | None] | None = None
+        if self.topo.shared and _holds_shards(result):
+            row = self._store(result)
+            digest = row[0]
+        else:
+            try:
+                digest = Encoder(HashSink()).encode_value(result)
+            except Exception as exc:
+                digest = None
+                self._warn(f"its result cannot be hashed ({type(exc).__name__}: {exc})")
         ids = self._compare(digest)
         if None in ids or all(i == ids[0] for i in ids) or not self.topo.shared:
             return
-        row: tuple[str | None, dict[str, str], str | None]
+        self.group.all_gather_object(row or self._store(result))
+
+    def _store(self, result: Any) -> tuple[str | None, dict[str, str], str | None]:
+        """Store this rank's result: (its id, the code it stored by value, None) or why not."""
         sink = StoreSink(self.store.objects)
         encoder = Encoder(sink, verify=True)
         try:
-            row = (encoder.encode_value(result), dict(encoder.payloads), None)
+            stored = encoder.encode_value(result)
             self.store.objects.sync()
+            return (stored, dict(encoder.payloads), None)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}{recording.fix(exc, self.store)}"
-            row = (None, {}, reason)
             self._warn(f"its result differs by rank and cannot be stored ({reason})")
+            return (None, {}, reason)
         finally:
             sink.abort()
-        self.group.all_gather_object(row)
 
     # -- both -----------------------------------------------------------------------------
     def _compare(self, digest: str | None) -> list[str | None]:
@@ -160,6 +174,18 @@ _NODE_LOCAL = (
     "of the job uses one store (these ranks use node-local stores); use a store every rank "
     'shares, or @memo(distributed="per_rank")'
 )
+
+
+def _holds_shards(result: Any, depth: int = 0) -> bool:
+    """Whether *result*, or a value in its first containers, holds a rank's shard."""
+    if isinstance(result, (tuple, list)):
+        items: Any = result
+    elif isinstance(result, dict):
+        items = result.values()
+    else:
+        codec = registry.for_type(type(result))
+        return codec is not None and codec.holds_shards(result)
+    return depth < 3 and any(_holds_shards(item, depth + 1) for item in list(items)[:64])
 
 
 def _ranks(ranks: list[int]) -> str:

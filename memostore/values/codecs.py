@@ -95,6 +95,15 @@ class Codec:
         digest = known(target)
         return digest is not None and digest == known(source)
 
+    def holds_shards(self, obj: Any) -> bool:
+        """Whether *obj* holds this rank's shard of something (its value differs by rank).
+
+        A hint for speed only, never for correctness: the ranks of a job then
+        store their results at once instead of comparing them first
+        (``distributed/agreement.py``). The default says no.
+        """
+        return False
+
     def merge_ranks(self, nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
         """One node standing for *nodes*, the same value as each rank of a job stored it.
 
