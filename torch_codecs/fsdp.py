@@ -228,7 +228,7 @@ def reapply(
                             f"{type(info.module).__qualname__} that was not sharded when stored"
                         )
                     for owner, name in owners:
-                        setattr(owner, name, param)
+                        owner._parameters[name] = param  # no class code runs (trust/gate.py)
                         filled.add((id(owner), name))
                     fp.reset_sharded_param()  # FSDP pads an uneven shard, as after a load
     missing = set(slots) - filled

@@ -9,7 +9,8 @@ An evaluation document's body (``docs/format.md``)::
     args       id of the arguments document
     hparams    scalar arguments, by name
     args_summary  short text per argument, for listings
-    result     id of the result value document (null unless status is "ok")
+    result     id of the result value document (null unless status is "ok"); a result
+               that differs by rank is a per-rank value (values/rank_results.py)
     result_summary
     status     "ok" | "error" | "interrupted"
     error      {"type", "message", "traceback"} or null

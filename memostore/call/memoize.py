@@ -584,8 +584,9 @@ def memo(
             at once, as if no one else were.
         distributed: inside an initialised torch.distributed job (``docs/clusters.md``):
             ``"all"`` (default): one hit-or-miss decision for every rank; on a miss
-            every rank runs the body (it may hold collectives) and rank 0 stores the
-            result; ``"leader"``: rank 0 alone runs a miss, the other ranks receive
+            every rank runs the body (it may hold collectives), and a result equal on
+            every rank is stored once, one that differs by rank per rank (each rank
+            restores its own); ``"leader"``: rank 0 alone runs a miss, the other ranks receive
             its result; ``"per_rank"``: each rank's call is its own, keyed with its
             rank and the world size.
 

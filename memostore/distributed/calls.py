@@ -16,8 +16,10 @@ together, with one decision for all of them.
 3. On a miss, ``"all"``: every rank runs the body (it may hold collectives:
    DDP training); the ranks then exchange whether their body returned or
    raised, before anything is stored, and a failure on any rank raises on
-   every rank (:class:`RankFailed` on the others); rank 0 stores the result,
-   and sends it to the other stores when they are node-local.
+   every rank (:class:`RankFailed` on the others); the ranks then compare
+   their results (``agreement.py``): equal, rank 0 stores it once; different,
+   each rank stores its own and the evaluation holds them per rank. Rank 0
+   sends the evaluation to the other stores when they are node-local.
    ``"leader"``: rank 0 alone runs the body while the others wait (rank 0
    tells them every few seconds that it still runs, so no collective times
    out); they then restore what it stored as a hit, or raise
