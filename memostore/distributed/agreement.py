@@ -24,8 +24,10 @@ is left waiting: rank 0 joins from inside its store (:meth:`Agreement.write`),
 or, when its store never gets there (an argument could not be stored),
 from :meth:`Agreement.finish`.
 
-Results that differ by rank are stored only where every rank of the job uses
-one store: with node-local stores they are returned unstored, with a warning.
+With node-local stores (``topology.py``), each rank stores its result in its
+own node's store, and the results rank 0's store lacks are sent to it through
+the process group before it publishes (``transfer.collect``); the evaluation
+then reaches the other nodes' stores as any other (``transfer.share``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ..call.evaluation import summarize
 from ..values.codecs import registry
 from ..values.encoding import Encoder, HashSink, StoreSink
 from ..values.rank_results import depends_on_rank, per_rank_doc
+from . import transfer
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -93,17 +96,22 @@ class Agreement:
                 self.per_rank = True
                 return encoder.sink.put_doc(per_rank_doc([own] * len(ids)))
             return own
-        if not self.topo.shared:
-            raise recording.NotStorable(_NODE_LOCAL)
         stored = self.group.all_gather_object((own, {}, None))
         failed = [r for r, row in enumerate(stored) if row[0] is None]
         if failed:
             said = "; ".join(f"rank {r}: {stored[r][2]}" for r in failed)
             raise recording.NotStorable(f"it differs by rank, and not all ranks stored it ({said})")
+        results = [row[0] for row in stored]
+        if not self.topo.shared:
+            transfer.collect(self.group, self.topo, self.store, results)
+            if not all(map(self.store.objects.contains, results)):
+                raise recording.NotStorable(
+                    "it differs by rank, and another node's result did not reach this store"
+                )
         for _, payloads, _ in stored:
             encoder.payloads.update(payloads)
         self.per_rank = True
-        return encoder.sink.put_doc(per_rank_doc([row[0] for row in stored]))
+        return encoder.sink.put_doc(per_rank_doc(results))
 
     def summary(self, result: Any) -> str:
         if self.per_rank:
@@ -125,7 +133,7 @@ class Agreement:
         """
         digest: str | None
         row: tuple[str | None, dict[str, str], str | None] | None = None
-        if self.topo.shared and _holds_shards(result):
+        if _holds_shards(result):
             row = self._store(result)
             digest = row[0]
         else:
@@ -135,9 +143,11 @@ class Agreement:
                 digest = None
                 self._warn(f"its result cannot be hashed ({type(exc).__name__}: {exc})")
         ids = self._compare(digest)
-        if None in ids or all(i == ids[0] for i in ids) or not self.topo.shared:
+        if None in ids or all(i == ids[0] for i in ids):
             return
-        self.group.all_gather_object(row or self._store(result))
+        stored = self.group.all_gather_object(row or self._store(result))
+        if not self.topo.shared and all(r[0] is not None for r in stored):
+            transfer.collect(self.group, self.topo, self.store, [r[0] for r in stored])
 
     def _store(self, result: Any) -> tuple[str | None, dict[str, str], str | None]:
         """Store this rank's result: (its id, the code it stored by value, None) or why not."""
@@ -167,13 +177,6 @@ class Agreement:
             "it is returned, and the next call will run the function again",
             stacklevel=6,
         )
-
-
-_NODE_LOCAL = (
-    "it differs by rank, and results that differ by rank are stored only where every rank "
-    "of the job uses one store (these ranks use node-local stores); use a store every rank "
-    'shares, or @memo(distributed="per_rank")'
-)
 
 
 def _holds_shards(result: Any, depth: int = 0) -> bool:
