@@ -197,7 +197,9 @@ class DTensorCodec(Codec):
         mesh = world_mesh(stored["device_type"], stored["names"])
         world = mesh.size()
         n = stored["shape"][0]
-        if stored["ranks"] != list(range(n)):
+        ranks = stored["ranks"]
+        # The length first: a list of the length a node claims would cost its memory.
+        if not isinstance(ranks, list) or len(ranks) != n or ranks != list(range(n)):
             raise DecodeError(
                 f"a DTensor on a mesh of the ranks {stored['ranks']} is stored; only DTensors "
                 "on a mesh of every rank of their job are restored"
@@ -306,18 +308,17 @@ def _reshard(
         )
     d = placement.dim
     start, stop = chunk_range(shape[d], world, rank)
-    out_shape = _local_shape(shape, placement, world, rank)
     parts = []
     for i, shard in enumerate(shards):
         lo, hi = chunk_range(shape[d], n, i)
         if max(lo, start) < min(hi, stop):
-            parts.append((i, shard, lo, hi))
-    if len(parts) == 1 and (parts[0][2], parts[0][3]) == (start, stop):
-        i, shard, _, _ = parts[0]
-        return _read(dec, shard, dtype, _local_shape(shape, placement, n, i))  # as stored
-    out = torch.empty(out_shape, dtype=dtype)
-    for i, shard, lo, hi in parts:
-        part = _read(dec, shard, dtype, _local_shape(shape, placement, n, i))
+            # Read (and checked against the layout) first: what is allocated below is
+            # then bounded by what the store holds, whatever shape a node claims.
+            parts.append((_read(dec, shard, dtype, _local_shape(shape, placement, n, i)), lo, hi))
+    if len(parts) == 1 and (parts[0][1], parts[0][2]) == (start, stop):
+        return parts[0][0]  # exactly one stored shard: as it is, no copy
+    out = torch.empty(_local_shape(shape, placement, world, rank), dtype=dtype)
+    for part, lo, hi in parts:
         first, last = max(lo, start), min(hi, stop)
         out.narrow(d, first - start, last - first).copy_(part.narrow(d, first - lo, last - first))
     return out

@@ -88,7 +88,7 @@ class Agreement:
         if failed:
             raise recording.NotStorable(
                 f"rank{'s' if len(failed) > 1 else ''} {_ranks(failed)} could not hash "
-                "its result (it warned why)"
+                "or store its result (it warned why)"
             )
         if all(i == own for i in ids):
             if depends_on_rank(self.store, self.ref):
@@ -103,11 +103,17 @@ class Agreement:
             raise recording.NotStorable(f"it differs by rank, and not all ranks stored it ({said})")
         results = [row[0] for row in stored]
         if not self.topo.shared:
-            transfer.collect(self.group, self.topo, self.store, results)
+            transfer.collect(self.group, self.topo, self.store, results, _code(stored))
             if not all(map(self.store.objects.contains, results)):
                 raise recording.NotStorable(
                     "it differs by rank, and another node's result did not reach this store"
                 )
+            for payloads in _code(stored):
+                if not all(map(self.store.objects.contains, payloads)):
+                    raise recording.NotStorable(
+                        "it differs by rank, and the code another node stored by value "
+                        "did not reach this store"
+                    )
         for _, payloads, _ in stored:
             encoder.payloads.update(payloads)
         self.per_rank = True
@@ -130,24 +136,31 @@ class Agreement:
 
         A result holding shards (:meth:`Codec.holds_shards`) is stored at once,
         while rank 0 stores its own, rather than hashed first: it will differ.
+        Whatever fails here is warned about only once every exchange is made
+        (a warning may raise: ``-W error``), so rank 0 is never left waiting.
         """
-        digest: str | None
         row: tuple[str | None, dict[str, str], str | None] | None = None
-        if _holds_shards(result):
-            row = self._store(result)
-            digest = row[0]
-        else:
-            try:
+        trouble = ""
+        try:
+            if _holds_shards(result):
+                row = self._store(result)
+                digest, trouble = row[0], row[2] or ""
+            else:
                 digest = Encoder(HashSink()).encode_value(result)
-            except Exception as exc:
-                digest = None
-                self._warn(f"its result cannot be hashed ({type(exc).__name__}: {exc})")
+        except Exception as exc:
+            digest = None
+            trouble = trouble or f"its result cannot be hashed ({type(exc).__name__}: {exc})"
         ids = self._compare(digest)
-        if None in ids or all(i == ids[0] for i in ids):
-            return
-        stored = self.group.all_gather_object(row or self._store(result))
-        if not self.topo.shared and all(r[0] is not None for r in stored):
-            transfer.collect(self.group, self.topo, self.store, [r[0] for r in stored])
+        if None not in ids and not all(i == ids[0] for i in ids):
+            if row is None:
+                row = self._store(result)
+                trouble = row[2] or ""
+            stored = self.group.all_gather_object(row)
+            if not self.topo.shared and all(r[0] is not None for r in stored):
+                results = [r[0] for r in stored]
+                transfer.collect(self.group, self.topo, self.store, results, _code(stored))
+        if trouble:
+            self._warn(trouble)
 
     def _store(self, result: Any) -> tuple[str | None, dict[str, str], str | None]:
         """Store this rank's result: (its id, the code it stored by value, None) or why not."""
@@ -159,8 +172,7 @@ class Agreement:
             return (stored, dict(encoder.payloads), None)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}{recording.fix(exc, self.store)}"
-            self._warn(f"its result differs by rank and cannot be stored ({reason})")
-            return (None, {}, reason)
+            return (None, {}, f"its result differs by rank and cannot be stored ({reason})")
         finally:
             sink.abort()
 
@@ -177,6 +189,11 @@ class Agreement:
             "it is returned, and the next call will run the function again",
             stacklevel=6,
         )
+
+
+def _code(stored: list[tuple[Any, dict[str, str], Any]]) -> list[list[str]]:
+    """Each rank's blobs of code stored by value, from the rows of the second all-gather."""
+    return [sorted(payloads.values()) for _, payloads, _ in stored]
 
 
 def _holds_shards(result: Any, depth: int = 0) -> bool:

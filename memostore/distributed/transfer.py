@@ -118,13 +118,19 @@ def share(
     group.barrier()  # the writers are done: their nodes' ranks may read now
 
 
-def collect(group: Group, topo: Topology, store: Store, roots: list[str | None]) -> None:
-    """Put each rank's value *roots[r]* into rank 0's store, from stores it does not share.
+def collect(
+    group: Group,
+    topo: Topology,
+    store: Store,
+    roots: list[str | None],
+    blobs: list[list[str]],
+) -> None:
+    """Put each rank's value *roots[r]* (and *blobs[r]*) into rank 0's store, from other stores.
 
     Collective: for each rank whose store is not rank 0's, that rank sends the
-    ids of the objects its root reaches, rank 0 answers with those it lacks,
-    and that rank sends their bytes (checked against their ids as rank 0
-    writes them). Used for results that differ by rank (``agreement.py``)
+    ids of the objects its root reaches (and of its blobs), rank 0 answers
+    with those it lacks, and that rank sends their bytes (checked against
+    their ids as rank 0 writes them). Used for results that differ by rank (``agreement.py``)
     before rank 0 publishes them; :func:`share` then sends the evaluation on.
     A rank that cannot read its own objects sends nothing: rank 0 then lacks
     them, and must not publish.
@@ -136,7 +142,8 @@ def collect(group: Group, topo: Topology, store: Store, roots: list[str | None])
         listing: Any = None
         if me == src and roots[src] is not None:
             try:
-                listing = closure(store, roots[src])
+                extra = [(blob, False) for blob in blobs[src]]  # code stored by value
+                listing = extra + closure(store, roots[src])
             except (MemostoreError, OSError):
                 listing = None
         listing = group.broadcast_object(listing, src=src)
