@@ -27,6 +27,14 @@ from test_distributed import (
     _standalone,
 )
 
+from memostore import Store
+from memostore.errors import DecodeError, MalformedObject
+from memostore.odb.objects import KIND_VALUE, Doc
+from memostore.values.decoding import Decoder
+from memostore.values.encoding import Encoder, StoreSink
+from memostore.values.rank_results import as_rank, decode_result, per_rank_doc
+from memostore.values.summaries import describe, summarize_value
+
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 pytestmark = pytest.mark.skipif(
@@ -239,3 +247,44 @@ def test_sharded_results_restore_per_rank_and_reshard(tmp_path: Path) -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert "per-rank result (2 ranks)" in shown.stdout, shown.stdout + shown.stderr
+
+
+def _per_rank(store: Store, results: list[object]) -> str:
+    encoder = Encoder(StoreSink(store.objects), verify=True)
+    ids = [encoder.encode_value(r) for r in results]
+    return store.objects.add_doc(per_rank_doc(ids))
+
+
+def test_a_per_rank_result_is_each_rank_s_own_and_no_other_size_s(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    stored = _per_rank(store, [[0.0, 0.0], [1.0, 1.0]])
+    for rank in (0, 1):
+        with as_rank(rank, 2):
+            assert decode_result(Decoder(store.objects), stored) == [float(rank)] * 2
+    for world, where in ((1, "a process of its own"), (3, "a job of 3 ranks")):
+        with pytest.raises(DecodeError, match=f"by a job of 2 ranks and is restored in {where}"):
+            if world == 1:
+                decode_result(Decoder(store.objects), stored)
+            else:
+                with as_rank(0, world):
+                    decode_result(Decoder(store.objects), stored)
+    # Stored per rank by ranks that agreed (the call was seen to differ before): not
+    # every rank's result for a job of another size either.
+    agreed = _per_rank(store, [[5], [5]])
+    with pytest.raises(DecodeError, match="the call's result depends on the rank"):
+        decode_result(Decoder(store.objects), agreed)
+    # A hostile document: a clear DecodeError, never another exception.
+    for node in (
+        {"$": "per_rank", "world": 2, "results": [{"$": "ref"}, {"$": "ref", "id": stored}]},
+        {"$": "per_rank", "world": 3, "results": [{"$": "ref", "id": stored}] * 2},
+    ):
+        bad = store.objects.add_doc(Doc(KIND_VALUE, {"node": node}))
+        with pytest.raises((DecodeError, MalformedObject)):
+            decode_result(Decoder(store.objects), bad)
+    garbled = [{"$": "torch.dtensor", "local": r, "mesh": 5, "placements": 7} for r in (1, 2)]
+    docs = [store.objects.add_doc(Doc(KIND_VALUE, {"node": n})) for n in garbled]
+    bad = store.objects.add_doc(per_rank_doc(docs))
+    with pytest.raises(DecodeError, match="cannot be put together"):
+        decode_result(Decoder(store.objects), bad)
+    shown = summarize_value(store.objects, stored)
+    assert describe(shown) == "per-rank result (2 ranks), rank 0: [0.0, 0.0]"

@@ -27,7 +27,7 @@ import contextvars
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DecodeError, MalformedObject
+from ..errors import DecodeError, MalformedObject, MemostoreError
 from ..odb.objects import KIND_VALUE, Doc, Links
 from .codecs import Codec
 
@@ -141,6 +141,10 @@ def merge_results(decoder: Decoder, ids: list[str]) -> tuple[str, dict[str, Doc]
     merger = _Merger(decoder)
     try:
         root = merger.document(tuple(ids))
+    except MemostoreError:
+        raise
+    except RecursionError:
+        raise DecodeError("a per-rank result is nested too deeply to restore") from None
     except _Unmergeable as exc:
         where = f" (first in a {exc.tag} value)" if exc.tag else ""
         raise DecodeError(
@@ -149,6 +153,8 @@ def merge_results(decoder: Decoder, ids: list[str]) -> tuple[str, dict[str, Doc]
             f"the shards of DTensors on a 1-D device mesh{where}, which alone can be "
             f"resharded: run {_ranks(len(ids))} to use it"
         ) from None
+    except Exception as exc:  # a malformed node: the writer's, not this reader's, fault
+        raise DecodeError(f"a per-rank result cannot be put together ({exc!r})") from exc
     return root, merger.made
 
 
