@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from memostore.errors import EncodeError, MalformedObject
+from memostore.odb.objects import canonical_json
 from memostore.values.codecs import Codec
 
 from . import fsdp
@@ -50,7 +51,9 @@ def param_key(node: Any) -> Hashable | None:
     if isinstance(node, dict) and node.get("$") == DTENSOR_TAG:
         shards = node.get("shards") or [node.get("local")]
         blobs = tuple(s.get("blob") if isinstance(s, dict) else None for s in shards)
-        return ("dtensor", blobs, bool(node.get("requires_grad")), node.get("kind"))
+        # The layout too: equal local shards of differently laid out parameters differ.
+        layout = canonical_json([node.get("shape"), node.get("placements"), node.get("mesh")])
+        return ("dtensor", blobs, bool(node.get("requires_grad")), node.get("kind"), layout)
     if not isinstance(node, dict) or node.get("$") != "torch.tensor":
         return None
     data = node.get("data")
