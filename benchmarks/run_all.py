@@ -114,6 +114,11 @@ TARGETS = (
            "size", "< 10 s", ("lifecycle.evict_half",)),
     Target(19, "Hit overhead with last-use tracking on (bench_memo.py)", "<= 0.5x joblib.Memory",
            ("memo.hit_overhead",)),
+    Target(32, "Store a sharded (FSDP2) model of ~200 MB a rank on a miss, 2 gloo ranks",
+           "<= 1.2x dcp.save (FileSystemWriter)", ("sharded.store",)),
+    Target(32, "Restore it on a hit", "<= 1.0x dcp.load", ("sharded.restore",)),
+    Target(32, "Store size of 5 fine-tuning checkpoints with a frozen base", "<= 0.3x DCP's",
+           ("sharded.finetune_size",)),
 )  # fmt: skip
 
 
@@ -149,6 +154,7 @@ BENCHES = (
     Bench("bench_distributed.py", (), ("--calls", "200"), "18"),
     Bench("bench_lifecycle.py", (), ("--count", "2000", "--runs", "3", "--evict-objects", "20000"),
           "19"),
+    Bench("bench_sharded.py", (), ("--layers", "4", "--dim", "2048", "--runs", "1"), "32"),
 )  # fmt: skip
 
 

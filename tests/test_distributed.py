@@ -200,6 +200,12 @@ def early(n):
     return n * 3
 
 
+@memo
+def mine(n):
+    count("mine")
+    return [dist.get_rank()] * n  # differs by rank: stored per rank, in each node's store
+
+
 if dist.get_world_size() == 1:
     say("early", early(5))  # alone: into node A's store before the job, B's after it
     if os.environ.get("AFTER"):
@@ -209,6 +215,7 @@ else:
     say("prepare", prepare(4))
     say("combine", combine(2))
     say("early", early(5))
+    say("mine", mine(2))
     dist.barrier()  # neither node's agent (one hosts the rendezvous store) leaves first
 dist.destroy_process_group()
 """
@@ -415,6 +422,7 @@ def test_node_local_stores_receive_what_another_node_computed(tmp_path: Path) ->
     assert _said(said, "prepare") == {0: "[0, 1, 2, 3]", 1: "[0, 1, 2, 3]"}
     assert _said(said, "combine") == {0: "{'n': 2}", 1: "{'n': 2}"}
     assert _said(said, "early") == {0: "15", 1: "15"}
+    assert _said(said, "mine") == {0: "[0, 0]", 1: "[1, 1]"}
     # A process of its own on node B after the job: all three hit in B's store.
     after = alone(stores[1], "after", AFTER="1")
     assert _said(after, "prepare") == {0: "[0, 1, 2, 3]"}
@@ -426,7 +434,11 @@ def test_node_local_stores_receive_what_another_node_computed(tmp_path: Path) ->
     assert _runs(out, "early") == {0: 1}
     # Node B's store holds them itself, complete (fsck finds nothing missing).
     names = {e["function"] for e in _store_json(stores[1], "log")}
-    assert names == {"__main__:prepare", "__main__:combine", "__main__:early"}
+    assert names == {"__main__:prepare", "__main__:combine", "__main__:early", "__main__:mine"}
+    # Each node's store holds both ranks' results of the call that differs by rank.
+    for node_store in stores:
+        shown = _store_json(node_store, "show", "__main__:mine")["result"]
+        assert shown["type"] == "per_rank" and shown["ranks"] == 2, shown
     fsck = subprocess.run(
         [sys.executable, "-m", "memostore_cli.main", "--store", str(stores[1]), "fsck"],
         capture_output=True,

@@ -25,6 +25,7 @@ def set_check_mode(mode: str) -> None:
 def register(registry: Any) -> None:
     """Register every torch codec into a memostore codec registry."""
     from .data import DATA_CODECS
+    from .dtensor import DTensorCodec
     from .dtypes import DtypeCodec, MemoryFormatCodec
     from .exposure import install
     from .loaders import DataLoaderCodec
@@ -36,6 +37,7 @@ def register(registry: Any) -> None:
 
     codecs = [
         TensorCodec(),
+        DTensorCodec(),
         ModuleCodec(),
         OptimizerCodec(),
         SchedulerCodec(),

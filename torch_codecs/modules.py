@@ -27,9 +27,13 @@ from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError
+from memostore.errors import EncodeError, MalformedObject
+from memostore.odb.objects import canonical_json
 from memostore.values.codecs import Codec
 
+from . import fsdp
+from .dtensor import TAG as DTENSOR_TAG
+from .dtensor import is_shard
 from .fingerprints import Fingerprint, fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .module_guards import TreeGuard
@@ -44,6 +48,12 @@ SESSION_PARAMS = "torch.restored_params"
 
 def param_key(node: Any) -> Hashable | None:
     """What identifies a parameter's content across documents (None for views)."""
+    if isinstance(node, dict) and node.get("$") == DTENSOR_TAG:
+        shards = node.get("shards") or [node.get("local")]
+        blobs = tuple(s.get("blob") if isinstance(s, dict) else None for s in shards)
+        # The layout too: equal local shards of differently laid out parameters differ.
+        layout = canonical_json([node.get("shape"), node.get("placements"), node.get("mesh")])
+        return ("dtensor", blobs, bool(node.get("requires_grad")), node.get("kind"), layout)
     if not isinstance(node, dict) or node.get("$") != "torch.tensor":
         return None
     data = node.get("data")
@@ -60,11 +70,16 @@ class ModuleCodec(Codec):
     standalone = True
 
     def encode(self, m: torch.nn.Module, enc: Any) -> dict[str, Any]:
-        return _encode_tree(m, enc, {})
+        fsdp_cls = fsdp.fsdp_module_class()
+        return _encode_tree(m, enc, {}, None if fsdp_cls is None else _Sharding(fsdp_cls))
 
     def decode(self, node: dict[str, Any], dec: Any) -> torch.nn.Module:
         restored: list[tuple[Any, Any]] = []
-        module = _decode_tree(node, dec, [], restored)
+        seen: list[torch.nn.Module] = []
+        sharding = _Sharding(None)
+        module = _decode_tree(node, dec, seen, restored, sharding)
+        if sharding.slots or sharding.modules:
+            fsdp.reapply(sharding.modules, sharding.slots, seen)
         # The optimizer codec binds its parameters to these (see optim.py).
         by_key: dict[Hashable, list[torch.nn.Parameter]] = {}
         for param_node, param in restored:
@@ -73,6 +88,9 @@ class ModuleCodec(Codec):
                 by_key.setdefault(key, []).append(param)
         dec.session.setdefault(SESSION_PARAMS, []).append(by_key)
         return module
+
+    def holds_shards(self, m: torch.nn.Module) -> bool:
+        return any(map(is_shard, m.parameters()))
 
     def fingerprint(self, m: torch.nn.Module) -> Hashable | None:
         snapshot = fingerprint_or_none(m)
@@ -121,21 +139,52 @@ class ModuleFingerprint:
         return hash(self.snapshot)
 
 
-def _encode_tree(m: torch.nn.Module, enc: Any, seen: dict[int, int]) -> dict[str, Any]:
+class _Sharding:
+    """FSDP2 in a module tree being stored or restored (``fsdp.py``).
+
+    Attributes:
+        cls: ``FSDPModule`` when storing (None: FSDP is not even imported).
+        managed: storing: (id of module, name) -> FSDP's sharded parameter.
+        slots: restoring: (id of module, name) -> the restored DTensor parameter.
+        modules: restoring: (module, its ``fsdp`` field) of each FSDP module, pre-order.
+    """
+
+    def __init__(self, cls: type | None) -> None:
+        self.cls = cls
+        self.managed: dict[tuple[int, str], Any] = {}
+        self.slots: dict[tuple[int, str], Any] = {}
+        self.modules: list[tuple[torch.nn.Module, dict[str, Any]]] = []
+        self.placeholders: dict[int, torch.nn.Parameter] = {}
+
+
+def _encode_tree(
+    m: torch.nn.Module, enc: Any, seen: dict[int, int], sharding: _Sharding | None
+) -> dict[str, Any]:
     index = seen.get(id(m))
     if index is not None:
         return {"again": index}
     seen[id(m)] = len(seen)
     d = _module_state(m)
-    node: dict[str, Any] = {"cls": enc.code(type(m))}
-    node["params"] = [
-        [name, None if p is None else enc.node(p)] for name, p in d.get("_parameters", {}).items()
-    ]
+    cls = type(m)
+    spec = None
+    if sharding is not None and isinstance(m, sharding.cls):  # type: ignore[arg-type]
+        cls = fsdp.original_class(m)
+        spec = fsdp.describe(m, sharding.managed)  # before the parameters: it names them
+    managed = sharding.managed if sharding is not None else {}
+    node: dict[str, Any] = {"cls": enc.code(cls)}
+    params = []
+    sharded = []
+    for name, p in d.get("_parameters", {}).items():
+        if managed and (id(m), name) in managed:
+            p = managed[(id(m), name)]  # this rank's shard, whether unsharded now or not
+            sharded.append(name)
+        params.append([name, None if p is None else enc.node(p)])
+    node["params"] = params
     node["buffers"] = [
         [name, None if b is None else enc.node(b)] for name, b in d.get("_buffers", {}).items()
     ]
     node["modules"] = [
-        [name, None if c is None else _encode_tree(c, enc, seen)]
+        [name, None if c is None else _encode_tree(c, enc, seen, sharding)]
         for name, c in d.get("_modules", {}).items()
     ]
     state: dict[str, Any] = {}
@@ -143,13 +192,29 @@ def _encode_tree(m: torch.nn.Module, enc: Any, seen: dict[int, int]) -> dict[str
     for name, value in d.items():
         if name in _OWN_KEYS or name in _TRANSIENT_KEYS:
             continue
+        if managed and fsdp.is_fsdp_entry(name, value):
+            continue
         if name.startswith("_") and is_hook_dict(name, value):
             hooks[name] = value
         else:
             state[name] = value
+    if managed or spec is not None:
+        hooks = _without_fsdp_hooks(hooks)
     node["hooks"] = encode_hooks(hooks, enc)
     node["state"] = enc.node(state)
+    if sharded:
+        node["sharded"] = sharded
+    if spec is not None:
+        node["fsdp"] = spec
     return node
+
+
+def _without_fsdp_hooks(hooks: dict[str, Any]) -> dict[str, Any]:
+    """*hooks* without those FSDP registered, and without their handles' flags."""
+    dropped = {k for h in hooks.values() for k, v in h.items() if fsdp.is_fsdp_hook(v)}
+    if not dropped:
+        return hooks
+    return {name: {k: v for k, v in h.items() if k not in dropped} for name, h in hooks.items()}
 
 
 def _module_state(m: torch.nn.Module) -> dict[str, Any]:
@@ -174,7 +239,11 @@ def _module_state(m: torch.nn.Module) -> dict[str, Any]:
 
 
 def _decode_tree(
-    node: dict[str, Any], dec: Any, seen: list[torch.nn.Module], restored: list[tuple[Any, Any]]
+    node: dict[str, Any],
+    dec: Any,
+    seen: list[torch.nn.Module],
+    restored: list[tuple[Any, Any]],
+    sharding: _Sharding,
 ) -> torch.nn.Module:
     if "again" in node:
         return seen[node["again"]]
@@ -185,9 +254,21 @@ def _decode_tree(
     for name, pnode in node["params"]:
         params[name] = None if pnode is None else dec.node(pnode)
         restored.append((pnode, params[name]))
+    for name in node.get("sharded", ()):
+        # Until fully_shard has sharded it again: a meta placeholder (fsdp.py).
+        param = params.get(name)
+        if type(param).__name__ != "DTensor":
+            raise MalformedObject(f"a module node names {name!r} as sharded, not a DTensor")
+        sharding.slots[(id(m), name)] = param
+        placeholder = sharding.placeholders.get(id(param))
+        if placeholder is None:
+            placeholder = sharding.placeholders[id(param)] = fsdp.placeholder(param)
+        params[name] = placeholder
+    if "fsdp" in node:
+        sharding.modules.append((m, node["fsdp"]))
     buffers = {name: None if b is None else dec.node(b) for name, b in node["buffers"]}
     modules = {
-        name: None if c is None else _decode_tree(c, dec, seen, restored)
+        name: None if c is None else _decode_tree(c, dec, seen, restored, sharding)
         for name, c in node["modules"]
     }
     stored_hooks = dec.node(node["hooks"])

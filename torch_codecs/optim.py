@@ -32,6 +32,7 @@ import torch
 
 from memostore.values.codecs import Codec
 
+from .dtensor import is_shard
 from .fingerprints import fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .modules import SESSION_PARAMS, param_key
@@ -127,6 +128,9 @@ class OptimizerCodec(Codec):
             used = {i: params[i] for i in range(len(params)) if i not in fresh}
             dec.after(lambda: _bind_late(dec, opt, params, keys, fresh, used))
         return opt
+
+    def holds_shards(self, opt: torch.optim.Optimizer) -> bool:
+        return any(map(is_shard, ordered_params(opt)))
 
     def fingerprint(self, opt: torch.optim.Optimizer) -> Hashable | None:
         params = ordered_params(opt)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 _PLAIN_DEPTH = 8
+_PLACEMENTS = {"replicate": "R", "partial": "P"}
 
 
 def summarize(node: Any, reader: Any = None) -> dict[str, Any] | None:
@@ -34,6 +35,28 @@ def tensor_summary(node: dict[str, Any], reader: Any = None) -> dict[str, Any]:
     }
     if node.get("layout"):
         out["layout"] = node["layout"]
+    if node.get("requires_grad"):
+        out["requires_grad"] = True
+    return out
+
+
+def dtensor_summary(node: dict[str, Any], reader: Any = None) -> dict[str, Any]:
+    """A DTensor: its global shape and dtype, its mesh and placements, this rank's bytes."""
+    mesh = node.get("mesh") or {}
+    placements = [
+        f"S({p[1]})" if p[:1] == ["shard"] else _PLACEMENTS.get(p[0], "?")
+        for p in node.get("placements") or []
+        if isinstance(p, list) and p
+    ]
+    local = node.get("local") or {}
+    out = {
+        "type": "dtensor parameter" if node.get("kind") == "param" else "dtensor",
+        "shape": node.get("shape"),
+        "dtype": node.get("dtype"),
+        "mesh": "x".join(str(n) for n in mesh.get("shape") or ()),
+        "placements": ",".join(placements),
+        "local_shape": local.get("shape"),
+    }
     if node.get("requires_grad"):
         out["requires_grad"] = True
     return out
@@ -171,6 +194,8 @@ def _module_tensors(node: dict[str, Any], prefix: str, out: dict[str, Any]) -> N
         for name, tnode in node.get(section, ()):
             if isinstance(tnode, dict) and tnode.get("$") == "torch.tensor":
                 out[prefix + name] = tensor_summary(tnode)
+            elif isinstance(tnode, dict) and tnode.get("$") == "torch.dtensor":
+                out[prefix + name] = dtensor_summary(tnode)
             elif isinstance(tnode, dict) and tnode.get("$") == "same":
                 out[prefix + name] = {"type": "tied"}
     for name, child in node.get("modules", ()):
@@ -187,6 +212,7 @@ def _numel(shape: Any) -> int:
 
 _HANDLERS: dict[Any, Callable[[dict[str, Any], Any], dict[str, Any]]] = {
     "torch.tensor": tensor_summary,
+    "torch.dtensor": dtensor_summary,
     "torch.module": module_summary,
     "torch.optim": optimizer_summary,
     "torch.lr_scheduler": scheduler_summary,

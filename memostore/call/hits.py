@@ -28,6 +28,7 @@ from ..effects.replay import NotReplayable, Planner
 from ..odb.refs import ref_part
 from ..odb.store import Store
 from ..values.decoding import Decoder
+from ..values.rank_results import decode_result
 
 __all__ = ["Hit", "NotUsable", "prepare", "rng_condition", "rng_ref_name"]
 
@@ -148,7 +149,7 @@ def prepare(
     if before_decode is not None:
         before_decode(body)
     decoder = Decoder(store.objects, body.get("payloads") or {})
-    result = decoder.decode_value(body["result"])
+    result = decode_result(decoder, body["result"])  # this rank's, when stored per rank
     effects = body.get("effects") or {}
     sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}
     hit = Hit(evaluation_id, body, decoder, result, watched)

@@ -435,6 +435,7 @@ class MemoizedFunction:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         body: Callable[..., Any] | None = None,
+        writer: recording.ResultWriter | None = None,
     ) -> Any:
         ctx = context.EvalContext(
             store=store,
@@ -480,7 +481,7 @@ class MemoizedFunction:
         duration = time.perf_counter() - t0
         if storable:
             rng_used = rng.end(rng_frame) if rng_frame is not None else {}
-            recording.store_result(store, call, ctx, result, started, duration, rng_used)
+            recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)
             if call.stored is not None:
                 _remember_stored(result, call.stored.id)
             with contextlib.suppress(OSError):
@@ -592,8 +593,9 @@ def memo(
             at once, as if no one else were.
         distributed: inside an initialised torch.distributed job (``docs/clusters.md``):
             ``"all"`` (default): one hit-or-miss decision for every rank; on a miss
-            every rank runs the body (it may hold collectives) and rank 0 stores the
-            result; ``"leader"``: rank 0 alone runs a miss, the other ranks receive
+            every rank runs the body (it may hold collectives), and a result equal on
+            every rank is stored once, one that differs by rank per rank (each rank
+            restores its own); ``"leader"``: rank 0 alone runs a miss, the other ranks receive
             its result; ``"per_rank"``: each rank's call is its own, keyed with its
             rank and the world size.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..effects.arguments import alias_paths, changed_names, plan_replay
 from ..effects.replay import NotReplayable, Planner
@@ -33,6 +33,7 @@ from ..records.evaluation import (
 from ..records.provenance import provenance
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
+from ..values.rank_results import depends_on_rank, per_rank_doc
 from .hits import rng_ref_name
 
 if TYPE_CHECKING:
@@ -66,6 +67,22 @@ def fix(exc: BaseException, store: Store | None) -> str:
 
 class NotStorable(Exception):
     """The call's effects cannot be kept: its result is returned unstored (the message says why)."""
+
+
+class ResultWriter(Protocol):
+    """How a result becomes its value document, where that is not simply its encoding.
+
+    A job whose ranks may return different results (``distributed/agreement.py``)
+    writes them rank by rank. :meth:`write` may raise :class:`NotStorable`.
+    """
+
+    def write(self, encoder: Encoder, result: Any) -> str:
+        """Store *result* (through *encoder*) and return the id of its value document."""
+        ...
+
+    def summary(self, result: Any) -> str:
+        """The one-line result summary of the evaluation."""
+        ...
 
 
 def base_fields(call: KeyedCall, ctx: context.EvalContext, started: float) -> dict[str, Any]:
@@ -116,8 +133,12 @@ def store_result(
     started: float,
     duration: float,
     rng_used: dict[str, tuple[str | None, bytes]],
+    writer: ResultWriter | None = None,
 ) -> None:
-    """Store a miss's result, effects and RNG record, then publish it (warns on failure)."""
+    """Store a miss's result, effects and RNG record, then publish it (warns on failure).
+
+    *writer*: how the result is written, when not by encoding it (see :class:`ResultWriter`).
+    """
     symbol = call.fn.symbol
     try:
         mutated, rebound = _effects(call)
@@ -128,7 +149,13 @@ def store_result(
         sink = StoreSink(store.objects)
         encoder = Encoder(sink, verify=True)
         try:
-            result_id = encoder.encode_value(result)
+            if writer is None:
+                result_id = encoder.encode_value(result)
+                if depends_on_rank(store, eval_ref_name(symbol, call.key)):
+                    # This process's result, not every rank's (see rank_results.py).
+                    result_id = sink.put_doc(per_rank_doc([result_id]))
+            else:
+                result_id = writer.write(encoder, result)
             try:
                 effects = {
                     name: encoder.encode_value(call.watched.value_of(name))
@@ -145,7 +172,7 @@ def store_result(
             _check_replayable(store, effects, rebound, call, payloads)
         fields.update(
             result=result_id,
-            result_summary=summarize(result),
+            result_summary=summarize(result) if writer is None else writer.summary(result),
             status="ok",
             error=None,
             duration_s=duration,

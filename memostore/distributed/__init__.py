@@ -1,7 +1,8 @@
 """Memoised calls inside torch.distributed jobs: one hit-or-miss decision for all ranks.
 
 ``calls`` makes a call as a rank of a job (``@memo(distributed=...)``'s three
-modes), ``group`` reaches the process group (torch imported by the user, never
+modes), ``agreement`` compares the ranks' results of a miss and stores them
+once or per rank, ``group`` reaches the process group (torch imported by the user, never
 here), ``topology`` finds which ranks share a store, ``transfer`` sends a
 stored evaluation to node-local stores. ``docs/clusters.md`` says what each
 mode guarantees.

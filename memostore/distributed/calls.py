@@ -16,8 +16,10 @@ together, with one decision for all of them.
 3. On a miss, ``"all"``: every rank runs the body (it may hold collectives:
    DDP training); the ranks then exchange whether their body returned or
    raised, before anything is stored, and a failure on any rank raises on
-   every rank (:class:`RankFailed` on the others); rank 0 stores the result,
-   and sends it to the other stores when they are node-local.
+   every rank (:class:`RankFailed` on the others); the ranks then compare
+   their results (``agreement.py``): equal, rank 0 stores it once; different,
+   each rank stores its own and the evaluation holds them per rank. Rank 0
+   sends the evaluation to the other stores when they are node-local.
    ``"leader"``: rank 0 alone runs the body while the others wait (rank 0
    tells them every few seconds that it still runs, so no collective times
    out); they then restore what it stored as a hit, or raise
@@ -38,8 +40,10 @@ from ..call import hits, single_flight, verbose
 from ..errors import MemostoreError, ObjectNotFound
 from ..odb.objects import canonical_json, digest_bytes
 from ..records.evaluation import eval_ref_name
+from ..values.rank_results import as_rank
 from . import group as groups
 from . import transfer
+from .agreement import Agreement
 from .topology import Topology, known, topology
 
 if TYPE_CHECKING:
@@ -117,7 +121,8 @@ def run_call(
     group = groups.current()
     if group is None:
         return None
-    hit, flight = _decide(fn, store, call, group, mode == "leader")
+    with as_rank(group.rank, group.world):  # a result stored per rank: this rank's
+        hit, flight = _decide(fn, store, call, group, mode == "leader")
     if isinstance(hit, hits.Hit):
         return hit
     topo = topology(group, store)
@@ -141,9 +146,10 @@ def _decide(
     """
     planned: Any = ""
     answer = bytes(33)
+    seen: list[str | None] = []  # what rank 0's look-up found under the ref
     if group.rank == 0:
         try:
-            planned = fn._restore(store, eval_ref_name(fn.symbol, call.key), call)
+            planned = fn._restore(store, eval_ref_name(fn.symbol, call.key), call, seen)
         except Exception as exc:  # raised on rank 0 alone, the others would wait: a miss
             planned = f"the lookup failed ({type(exc).__name__}: {exc})"
         if isinstance(planned, hits.Hit):
@@ -160,7 +166,7 @@ def _decide(
         reason = planned if group.rank == 0 else "no stored call on rank 0"
         if fn._wait is False:
             return reason, None
-        flight, found = _single_flight(fn, store, call, group)
+        flight, found = _single_flight(fn, store, call, group, seen)
         if found is None:
             return reason, flight
         evaluation_id = found  # another job (or process) stored it meanwhile
@@ -187,7 +193,7 @@ def _decide(
 
 
 def _single_flight(
-    fn: Any, store: Store, call: KeyedCall, group: groups.Group
+    fn: Any, store: Store, call: KeyedCall, group: groups.Group, seen: list[str | None]
 ) -> tuple[Any, str | None]:
     """Rank 0 waits for (or takes) the call's lease for the whole job; the others wait on it.
 
@@ -202,7 +208,14 @@ def _single_flight(
         try:
             with groups.alone():  # single-flight as for a process of its own
                 flight = single_flight.begin(
-                    store, ref, fn.symbol, call.key, fn._wait, lambda: fn._restore(store, ref, call)
+                    store,
+                    ref,
+                    fn.symbol,
+                    call.key,
+                    fn._wait,
+                    lambda: fn._restore(store, ref, call),
+                    # Not what rank 0's look-up already found (and warned about) again.
+                    recheck=lambda: fn._restore_if_moved(store, ref, call, seen),
                 )
         finally:
             hit = flight.hit if flight is not None else None
@@ -262,18 +275,23 @@ def _all_miss(
     group: groups.Group,
     topo: Topology,
 ) -> Computed:
-    body = _exchanging(fn, group)
+    agreement = Agreement(fn.symbol, eval_ref_name(fn.symbol, call.key), store, group, topo)
+    body = _exchanging(fn, group, agreement)
     if group.rank == 0:
-        result = fn._compute(store, call, args, kwargs, body=body)
+        try:
+            result = fn._compute(store, call, args, kwargs, body=body, writer=agreement)
+        finally:
+            agreement.finish()  # the other ranks wait for rank 0's word on the result
     else:
         result = body(*args, **kwargs)
+        agreement.settle(result)
     if not topo.shared:
         stored = call.stored.id if group.rank == 0 and call.stored is not None else None
         transfer.share(group, topo, store, call, stored, topo.writers())
     return Computed(result)
 
 
-def _exchanging(fn: Any, group: groups.Group) -> Any:
+def _exchanging(fn: Any, group: groups.Group, agreement: Agreement) -> Any:
     """The body, followed by every rank learning whether every rank's body returned."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
@@ -292,6 +310,7 @@ def _exchanging(fn: Any, group: groups.Group) -> Any:
         failures = [(r, o[0], o[1]) for r, o in enumerate(outcomes) if o is not None]
         if failures:
             raise RankFailed(_failed_text(fn, group, failures), failures)
+        agreement.arm()
         return result
 
     return body
@@ -345,7 +364,8 @@ def _leader_miss(
     if not topo.shared:
         transfer.share(group, topo, store, call, None, topo.writers())
     if stored is not None:
-        status, hit = _plan(fn, store, call, stored, track_rng=False)
+        with as_rank(group.rank, group.world):
+            status, hit = _plan(fn, store, call, stored, track_rng=False)
         if status == _OK:
             return hit
     verbose.report_single_flight(

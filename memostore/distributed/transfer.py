@@ -118,6 +118,57 @@ def share(
     group.barrier()  # the writers are done: their nodes' ranks may read now
 
 
+def collect(
+    group: Group,
+    topo: Topology,
+    store: Store,
+    roots: list[str | None],
+    blobs: list[list[str]],
+) -> None:
+    """Put each rank's value *roots[r]* (and *blobs[r]*) into rank 0's store, from other stores.
+
+    Collective: for each rank whose store is not rank 0's, that rank sends the
+    ids of the objects its root reaches (and of its blobs), rank 0 answers
+    with those it lacks, and that rank sends their bytes (checked against
+    their ids as rank 0 writes them). Used for results that differ by rank (``agreement.py``)
+    before rank 0 publishes them; :func:`share` then sends the evaluation on.
+    A rank that cannot read its own objects sends nothing: rank 0 then lacks
+    them, and must not publish.
+    """
+    me = group.rank
+    for src in range(1, group.world):
+        if topo.writer(src) == topo.writer(0):
+            continue  # the same store as rank 0's: its objects are there already
+        listing: Any = None
+        if me == src and roots[src] is not None:
+            try:
+                extra = [(blob, False) for blob in blobs[src]]  # code stored by value
+                listing = extra + closure(store, roots[src])
+            except (MemostoreError, OSError):
+                listing = None
+        listing = group.broadcast_object(listing, src=src)
+        if listing is None:
+            continue
+        lacking: list[int] = []
+        if me == 0:
+            lacking = [
+                i
+                for i, (object_id, _) in enumerate(listing)
+                if not store.objects.contains(object_id)
+            ]
+        wanted = group.broadcast_object(lacking, src=0)
+        payload = None
+        if me == src:
+            try:
+                payload = _pack(store, listing, wanted)
+            except (MemostoreError, OSError):
+                payload = None
+        data = group.broadcast_bytes(payload, src=src)
+        if me == 0 and data:
+            with contextlib.suppress(Exception):
+                _add_objects(store, listing, data)
+
+
 def _pack(store: Store, ids: list[tuple[str, bool]], wanted: list[int]) -> bytes:
     """Header (json: [[index, size], ...]) then each wanted object's bytes, checked."""
     parts: list[bytes] = []
@@ -130,10 +181,8 @@ def _pack(store: Store, ids: list[tuple[str, bool]], wanted: list[int]) -> bytes
     return struct.pack("<Q", len(head)) + head + b"".join(parts)
 
 
-def _adopt(
-    store: Store, call: KeyedCall, ids: list[tuple[str, bool]], data: bytes, evaluation_id: str
-) -> None:
-    """Store the sent objects (children first, as sent), then the evaluation's refs."""
+def _add_objects(store: Store, ids: list[tuple[str, bool]], data: bytes) -> None:
+    """Store the objects packed in *data* (children first, as sent), each checked, durably."""
     (size,) = struct.unpack_from("<Q", data)
     header = json.loads(data[8 : 8 + size])
     view = memoryview(data)
@@ -144,8 +193,16 @@ def _adopt(
         got = objects.add_bytes(view[offset : offset + length])
         offset += length
         if got != expected:
-            raise CorruptObject(expected, got, "bytes sent by rank 0")
+            raise CorruptObject(expected, got, "bytes sent by another rank")
     objects.sync()
+
+
+def _adopt(
+    store: Store, call: KeyedCall, ids: list[tuple[str, bool]], data: bytes, evaluation_id: str
+) -> None:
+    """Store the sent objects (children first, as sent), then the evaluation's refs."""
+    _add_objects(store, ids, data)
+    objects = store.objects
     if not objects.contains(evaluation_id):
         return
     body = store.evaluation(evaluation_id).body

@@ -28,7 +28,7 @@ from ..odb.objects import KIND_CODE, Doc, digest_bytes
 
 
 class EvalContext(Protocol):
-    """What this module needs of a run's context (:class:`memostore.call.context.EvalContext`)."""
+    """What this module needs of a run's context (a ``records.context.EvalContext``)."""
 
     store: Any
     function: str

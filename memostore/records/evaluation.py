@@ -9,7 +9,8 @@ An evaluation document's body (``docs/format.md``)::
     args       id of the arguments document
     hparams    scalar arguments, by name
     args_summary  short text per argument, for listings
-    result     id of the result value document (null unless status is "ok")
+    result     id of the result value document (null unless status is "ok"); a result
+               that differs by rank is a per-rank value (values/rank_results.py)
     result_summary
     status     "ok" | "error" | "interrupted"
     error      {"type", "message", "traceback"} or null
@@ -247,12 +248,17 @@ class Evaluation:
         return {name: decoder.decode_value(doc_id) for name, doc_id in self.effects.items()}
 
     def load_result(self) -> Any:
-        """The stored result, restored as fresh objects (digest-pinned code is checked)."""
+        """The stored result, restored as fresh objects (digest-pinned code is checked).
+
+        A result stored per rank by a job is restored as this process's rank's
+        (``values/rank_results.py``).
+        """
         from ..values.decoding import Decoder
+        from ..values.rank_results import decode_result
 
         if self.result_id is None:
             raise ValueError(f"evaluation {self.id[:12]} has no result (status {self.status})")
-        return Decoder(self.store.objects, self._get("payloads", {})).decode_value(self.result_id)
+        return decode_result(Decoder(self.store.objects, self._get("payloads", {})), self.result_id)
 
     def load_args(self) -> dict[str, Any]:
         """The arguments the call was made with, restored."""

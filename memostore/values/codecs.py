@@ -95,6 +95,26 @@ class Codec:
         digest = known(target)
         return digest is not None and digest == known(source)
 
+    def holds_shards(self, obj: Any) -> bool:
+        """Whether *obj* holds this rank's shard of something (its value differs by rank).
+
+        A hint for speed only, never for correctness: the ranks of a job then
+        store their results at once instead of comparing them first
+        (``distributed/agreement.py``). The default says no.
+        """
+        return False
+
+    def merge_ranks(self, nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """One node standing for *nodes*, the same value as each rank of a job stored it.
+
+        Called when the per-rank results of a job (``rank_results.py``) are
+        restored in a job of another size, for nodes of this codec that differ
+        by rank (``nodes[r]`` is rank r's). Return None (the default) when they
+        cannot be put together: the stored result is then not used. A codec of
+        sharded values (DTensors) returns a node its :meth:`decode` reshards.
+        """
+        return None
+
     def assign(self, target: Any, source: Any, plan: Planner) -> bool:
         """Plan making *target* equal to *source* in place (``effects/replay.py``).
 

@@ -276,6 +276,15 @@ def _args(reader: SummaryReader, node: dict[str, Any]) -> dict[str, Any]:
     return {name: reader.summarize(value) for name, value in node.get("items", [])}
 
 
+def _per_rank(reader: SummaryReader, node: dict[str, Any]) -> dict[str, Any]:
+    """A result stored rank by rank (``rank_results.py``): their number, and rank 0's."""
+    results = node.get("results") or []
+    out: dict[str, Any] = {"type": "per_rank", "ranks": node.get("world")}
+    if results and isinstance(results[0], dict):
+        out["rank0"] = reader.summarize(results[0])
+    return out
+
+
 _HANDLERS: dict[Any, Callable[[SummaryReader, dict[str, Any]], Any]] = {
     "float": lambda r, n: {"type": "float", "value": n.get("v")},
     "tuple": lambda r, n: r._sequence("tuple", n.get("items", [])),
@@ -294,6 +303,7 @@ _HANDLERS: dict[Any, Callable[[SummaryReader, dict[str, Any]], Any]] = {
     "object": _object,
     "reduce": _object,
     "args": _args,
+    "per_rank": _per_rank,
 }
 
 
@@ -359,6 +369,9 @@ def _describe(summary: Any) -> str:
         return f"module {summary.get('name')}"
     if kind == "same":
         return "<shared reference>"
+    if kind == "per_rank":
+        text = f"per-rank result ({summary.get('ranks')} ranks)"
+        return f"{text}, rank 0: {_describe(summary['rank0'])}" if "rank0" in summary else text
     return _describe_generic(kind, summary)
 
 
