@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..effects import rng
+from ..effects import draws, seeding
 from ..effects.arguments import MISSING, Watched
 from ..errors import (
     DecodeError,
@@ -45,7 +45,7 @@ from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
 from ..values.hashcache import digest_cache, lineage_cache
-from . import context, hits, recording, verbose
+from . import context, hits, recording, rng_conditions, verbose
 from .evaluation import Evaluation, eval_ref_name, scalar_hparams
 from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
 
@@ -104,7 +104,6 @@ _fix = recording.fix
 
 # Hits whose arguments and code were checked in this process (see _heal), at most.
 _HEALED_MAX = 1 << 16
-_RNG_MODES = ("track", "ignore")
 
 
 class MemoizedFunction:
@@ -118,7 +117,7 @@ class MemoizedFunction:
         files: Iterable[str] = (),
         version: str | None = None,
         store: Store | str | os.PathLike[str] | None = None,
-        rng: str = "track",
+        rng: str = "lineage",
         wait: bool | float = True,
         distributed: str = "all",
     ) -> None:
@@ -137,13 +136,11 @@ class MemoizedFunction:
                 f"@memo(ignore=...) names {sorted(unknown)}, which {fn.__qualname__} "
                 f"does not take; its parameters are {list(self._signature.parameters)}"
             )
-        if rng not in _RNG_MODES:
-            raise MemostoreError(
-                f"@memo(rng={rng!r}) is not a mode: use rng='track' (the default: a body that "
-                "draws from a global RNG hits only from the same RNG state, and a hit leaves the "
-                "RNG where the body did) or rng='ignore' (RNG states are neither keyed nor set)"
-            )
-        self._track_rng = rng == "track"
+        self._rng_mode = rng_conditions.check_mode(rng)
+        self._track_rng = rng != "ignore"
+        # Watch the seeding functions of the RNG libraries imported by now, before the
+        # program's code after this definition can seed them (``effects/seeding.py``).
+        seeding.meet()
         self._wait = single_flight.check_wait(wait)
         self._distributed = ranks.check_mode(distributed)
         self._version = None if version is None else str(version)
@@ -285,7 +282,7 @@ class MemoizedFunction:
                 ) from exc
             last_use.note_use(store, hit.evaluation_id, hit=True)
             if verbose.enabled():
-                verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
+                verbose.report_hit(self.symbol, hit.evaluation_id, hit.body, hit.rng_note)
             return result
         with flight or contextlib.nullcontext():
             # The lease (if held) goes once the evaluation is recorded, result or failure.
@@ -310,14 +307,15 @@ class MemoizedFunction:
 
     def _prepare_hit(self, store: Store, evaluation_id: str, call: KeyedCall) -> hits.Hit:
         body = store.evaluation(evaluation_id).body
+        note = ""
         if self._track_rng and body.get("rng"):
-            evaluation_id, body = hits.matching_evaluation(
-                store, evaluation_id, body, self.symbol, call.key
+            evaluation_id, body, note = rng_conditions.matching_evaluation(
+                store, evaluation_id, body, self.symbol, call.key, self._rng_mode
             )
         # Heal before the decode: the restore ends by starting the background check
         # of mapped tensors (torch_codecs), which then shares the machine with
         # whatever this call still does.
-        return hits.prepare(
+        hit = hits.prepare(
             store,
             evaluation_id,
             body,
@@ -326,6 +324,8 @@ class MemoizedFunction:
             before_decode=lambda b: self._heal(store, call, b),
             remember=_remember_restored,
         )
+        hit.rng_note = note
+        return hit
 
     def _restore(
         self, store: Store, ref: str, call: KeyedCall, seen: list[str | None] | None = None
@@ -456,7 +456,7 @@ class MemoizedFunction:
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
-        rng_frame = rng.begin() if self._track_rng and storable else None
+        rng_frame = draws.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         started = time.time()
         t0 = time.perf_counter()
@@ -465,7 +465,7 @@ class MemoizedFunction:
         except BaseException as exc:
             context.leave(token)
             if rng_frame is not None:
-                rng.end(rng_frame)
+                draws.end(rng_frame)
             if storable and not isinstance(exc, GeneratorExit):
                 status = "error" if isinstance(exc, Exception) else "interrupted"
                 recording.record_failure(store, call, ctx, exc, status, started, t0)
@@ -475,7 +475,7 @@ class MemoizedFunction:
         context.leave(token)
         duration = time.perf_counter() - t0
         if storable:
-            rng_used = rng.end(rng_frame) if rng_frame is not None else {}
+            rng_used = draws.end(rng_frame) if rng_frame is not None else {}
             recording.store_result(store, call, ctx, result, started, duration, rng_used)
             if call.stored is not None:
                 _remember_stored(result, call.stored.id)
@@ -543,7 +543,7 @@ def memo(
     files: Iterable[str] = (),
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
-    rng: str = "track",
+    rng: str = "lineage",
     wait: bool | float = True,
     distributed: str = "all",
 ) -> Callable[[F], F]: ...
@@ -556,7 +556,7 @@ def memo(
     files: Iterable[str] = (),
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
-    rng: str = "track",
+    rng: str = "lineage",
     wait: bool | float = True,
     distributed: str = "all",
 ) -> Any:
@@ -572,10 +572,12 @@ def memo(
             not by the name (``docs/concepts.md``, "Files and directories").
         version: an explicit salt; change it to invalidate every stored result.
         store: a :class:`Store` or path; default :meth:`Store.default` at call time.
-        rng: ``"track"`` (default): a body that draws from a global RNG (torch's,
-            numpy's, ``random``'s) hits only when that RNG is in the state the
-            stored call started from, and a hit leaves it where the body left it;
-            ``"ignore"``: global RNGs are neither part of the key nor set by a hit.
+        rng: for a body that draws from a global RNG (torch's, numpy's, ``random``'s):
+            ``"lineage"`` (default): an RNG the program seeded must be in the state
+            the stored call started from, an unseeded one matches any stored run;
+            ``"exact"``: every such RNG must be in the recorded start state;
+            either way a hit leaves each RNG where the stored body left it.
+            ``"ignore"``: global RNGs are neither checked nor set by a hit.
         wait: single-flight (``docs/clusters.md``): a miss on a call that another
             live process (or thread) is computing waits for its result and returns
             it as a hit. True (default): wait as long as that caller lives; a
