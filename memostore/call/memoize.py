@@ -40,7 +40,7 @@ from ..errors import (
     StaleCode,
 )
 from ..lifecycle import last_use
-from ..odb.store import Store
+from ..odb.store import ENV_STORE_DIR, Store
 from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
@@ -70,26 +70,56 @@ __all__ = ["MemoizedFunction", "call_key", "memo"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_stores: dict[Path, Store] = {}
+# Stores opened by this process: by what names them (a path, or $MEMOSTORE_DIR and the
+# working directory for the default), and by the path that resolves to, so that a hit
+# pays no stat and no path work. A deleted store is noticed before a miss writes.
+_stores: dict[tuple[Any, ...], Store] = {}
+_stores_by_path: dict[Path, Store] = {}
 _stores_lock = threading.Lock()
+
+
+def _store_key(store: str | os.PathLike[str] | None) -> tuple[Any, ...]:
+    """What decides which store *store* names: the text, and the cwd where it is relative."""
+    if store is None:
+        env = os.environ.get(ENV_STORE_DIR) or None
+        if env is not None and os.path.isabs(env):
+            return (None, env)
+        return (None, env, os.getcwd())
+    text = os.fspath(store)
+    return (text,) if os.path.isabs(text) else (text, os.getcwd())
+
+
+def _open_store(store: Store | str | os.PathLike[str] | None, check: bool = False) -> Store:
+    """The store a call uses: *store* itself, the path it names, or the default one.
+
+    Args:
+        store: as ``@memo(store=...)`` takes it.
+        check: make sure the store still exists (a miss is about to write into it);
+            one that was deleted is created again.
+    """
+    if isinstance(store, Store):
+        return store
+    key = _store_key(store)
+    opened = _stores.get(key)
+    if opened is not None and not (check and not _present(opened)):
+        return opened
+    from ..odb.store import default_store_path
+
+    path = Path(store).expanduser().absolute() if store is not None else default_store_path()
+    with _stores_lock:
+        opened = _stores_by_path.get(path)
+        if opened is None or not _present(opened):
+            opened = _stores_by_path[path] = Store(path)
+        _stores[key] = opened
+    return opened
 
 
 # What a look-up found under a ref it could not read (see _restore_if_moved).
 _DAMAGED_REF = "damaged"
 
 
-def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
-    if isinstance(store, Store):
-        return store
-    from ..odb.store import default_store_path
-
-    path = Path(store).expanduser().absolute() if store is not None else default_store_path()
-    opened = _stores.get(path)
-    if opened is None or not (path / "FORMAT").exists():
-        opened = Store(path)
-        with _stores_lock:
-            _stores[path] = opened
-    return opened
+def _present(store: Store) -> bool:
+    return store.root is None or os.path.exists(os.path.join(store.root, "FORMAT"))
 
 
 def _symbol(fn: Callable[..., Any]) -> str:
@@ -153,6 +183,8 @@ class MemoizedFunction:
         parameters = list(self._signature.parameters)
         self._paths = PathArguments(self.symbol, parameters, files, self._ignore)
         self._key_tail = key_tail(self.symbol, self._version)
+        # The call's ref name, but for the key at its end (escaping the symbol costs a regex).
+        self._eval_ref_prefix = eval_ref_name(self.symbol, "")
         self.code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
         self._code_docs_written: set[tuple[str, str]] = set()
         self._healed: set[tuple[Any, ...]] = set()
@@ -227,7 +259,7 @@ class MemoizedFunction:
         """The stored evaluation for these arguments, or None (the body does not run)."""
         call = self._prepare(args, kwargs)
         store = _open_store(self._store)
-        evaluation_id = store.refs.read(eval_ref_name(self.symbol, call.key))
+        evaluation_id = store.refs.read(self._eval_ref_prefix + call.key)
         if evaluation_id is None:
             return None
         try:
@@ -252,9 +284,19 @@ class MemoizedFunction:
         outcome = ranks.run_call(self, store, call, args, kwargs)  # None: not a job's rank
         if isinstance(outcome, ranks.Computed):
             return outcome.result
-        ref = eval_ref_name(self.symbol, call.key)
+        ref = self._eval_ref_prefix + call.key
         seen: list[str | None] = []  # what the lookup found under the ref
         hit = self._restore(store, ref, call, seen) if outcome is None else outcome
+        if outcome is None and not isinstance(hit, hits.Hit):
+            # The hit path trusts the store it opened before; a miss is about to write.
+            try:
+                store = _open_store(self._store, check=True)
+            except OSError as exc:
+                _warn(
+                    f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
+                    "running unstored"
+                )
+                return self._fn(*args, **kwargs)
         flight = None
         if not isinstance(hit, hits.Hit) and self._wait is not False:
             # Only after a miss: another caller computing this key is waited for.
