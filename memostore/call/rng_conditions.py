@@ -133,9 +133,10 @@ def matching_evaluation(
         whys = "; ".join(f"{name} {seeding.lineage(name).why}" for name in failing)
         reason = f"seeded: start state differs ({whys}; the stored call started from another state)"
     other_state = NotUsable(reason, warn=False)
-    if any(digest is None for digest in required.values()):
-        raise other_state
-    other = store.refs.read(rng_ref_name(function, key, required))  # type: ignore[arg-type]
+    digests = {name: digest for name, digest in required.items() if digest is not None}
+    if len(digests) < len(required):
+        raise other_state  # a seeded RNG not in use: no start state to look up
+    other = store.refs.read(rng_ref_name(function, key, digests))
     if other is None or other == evaluation_id:
         raise other_state
     other_body = store.evaluation(other).body

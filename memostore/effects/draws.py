@@ -57,10 +57,11 @@ def begin() -> seeding.Frame:
 
 def end(frame: seeding.Frame) -> dict[str, Draw]:
     """Stop watching *frame*'s body: what it drew, see :func:`consumed`."""
+    after = seeding.read()  # first: a seeding noticed now is the body's own
     stack = seeding.frames()
     if frame in stack:
         stack.remove(frame)
-    return consumed(frame, seeding.read())
+    return consumed(frame, after)
 
 
 def consumed(frame: seeding.Frame, after: dict[str, bytes]) -> dict[str, Draw]:

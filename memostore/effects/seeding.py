@@ -143,7 +143,7 @@ def set_after_hit(name: str, state: bytes, leaves: bool | None) -> None:
         _set(name, leaves, why)
     rng = rngs.get(name)
     _seen[name] = state
-    if rng is not None:
+    if rng is not None and rng.in_use():
         with contextlib.suppress(Exception):
             _marker[name] = rng.seed_marker()
 
