@@ -170,7 +170,7 @@ class MemoizedFunction:
         self._track_rng = rng != "ignore"
         # Watch the seeding functions of the RNG libraries imported by now, before the
         # program's code after this definition can seed them (``effects/seeding.py``).
-        seeding.meet()
+        seeding.meet(load_codecs=False)
         self._wait = single_flight.check_wait(wait)
         self._distributed = ranks.check_mode(distributed)
         self._version = None if version is None else str(version)

@@ -232,9 +232,10 @@ def register_rng(rng: GlobalRNG) -> None:
         _registry[rng.name] = rng
 
 
-def registered() -> list[GlobalRNG]:
-    """Every registered RNG, codec packages' included once their library is imported."""
-    load_codec_packages()
+def registered(load_codecs: bool = True) -> list[GlobalRNG]:
+    """Every registered RNG; *load_codecs*: codec packages' too, once their library is imported."""
+    if load_codecs:
+        load_codec_packages()
     return list(_registry.values())
 
 

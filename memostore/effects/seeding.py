@@ -46,7 +46,7 @@ from . import rng as rngs
 
 # Why an RNG is in its lineage, for verbose lines and `memostore show`.
 WHY_NOT_SEEDED = "not seeded"
-WHY_BEFORE = "seeded before memostore met it"
+WHY_BEFORE = "seeded (its state shows a seed the program chose)"
 WHY_DRAWN_BEFORE = "drawn from before memostore met it, so counted as seeded"
 WHY_UNSEEN = "seeded outside the functions memostore watches"
 
@@ -149,9 +149,15 @@ def set_after_hit(name: str, state: bytes, leaves: bool | None) -> None:
 
 
 # -- meeting a library ------------------------------------------------------------------------
-def meet() -> None:
-    """Wrap the seeding functions of every RNG whose library is imported; read new RNGs' lineage."""
-    for rng in rngs.registered():
+def meet(load_codecs: bool = True) -> None:
+    """Wrap the seeding functions of every RNG whose library is imported; read new RNGs' lineage.
+
+    Args:
+        load_codecs: load the codec packages first (``torch_codecs`` registers
+            torch's RNGs), as a memoised call does; a ``@memo`` definition does
+            not, to stay cheap: torch's seed marker shows later what happened.
+    """
+    for rng in rngs.registered(load_codecs):
         name = rng.name
         if name not in _met and rng.importable():
             with _lock:
