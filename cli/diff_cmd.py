@@ -126,7 +126,7 @@ def _print_rng(out: Output, changes: dict[str, Any]) -> None:
         elif not change.get("before_same"):
             text = {
                 True: "seeded: start state differs",
-                False: "started from a different state (unseeded RNG: either run serves the call)",
+                False: "started from a different state (unseeded RNG: either stored run serves)",
             }.get(change.get("seeded"), "started from a different state")
         else:
             text = "same start, left in a different state"

@@ -199,9 +199,15 @@ def rng_line(entry: dict[str, Any]) -> str:
     if not before:
         start = "seeded by the body before it drew: a call hits from any state"
     elif seeded is True:
-        start = f"seeded: a call hits only from start state {before[:12]}"
+        start = (
+            f"seeded: a call hits only from start state {before[:12]} "
+            "(another: start state differs)"
+        )
     elif seeded is False:
-        start = f"unseeded: an unseeded call is served this run (it started from {before[:12]})"
+        start = (
+            "unseeded RNG: served the stored run, whatever the start state "
+            f"(this run's: {before[:12]})"
+        )
     else:
         start = f"started from state {before[:12]}"
     leaves = entry.get("leaves")

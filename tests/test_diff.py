@@ -202,7 +202,7 @@ def test_show_lists_mutated_arguments_and_rngs_and_diff_compares_them(tmp_path: 
     text = run_cli(store, "show", "step").stdout
     assert "mutated arguments (state after the call)" in text
     assert "random generators drawn from" in text
-    assert re.search(r"torch +seeded: a call hits only from start state \w+; left state", text)
+    assert re.search(r"torch +seeded: a call hits only from start state \w+ \(another: start", text)
 
     record = json.loads(run_cli(store, "diff", "step~1", "step", "--json").stdout)
     history = record["effects"]["history"]["fields"]
@@ -227,11 +227,11 @@ def test_show_and_diff_say_when_an_unseeded_rng_lets_any_run_serve(tmp_path: Pat
     shown = json.loads(run_cli(store, "show", "step", "--json").stdout)
     assert {r["seeded"] for r in shown["rng"].values()} == {False}
     text = run_cli(store, "show", "step").stdout
-    assert re.search(r"python +unseeded: an unseeded call is served this run \(it started", text)
+    assert re.search(r"python +unseeded RNG: served the stored run, whatever the start", text)
     record = json.loads(run_cli(store, "diff", "step~1", "step", "--json").stdout)
     assert record["rng"]["torch"]["seeded"] is False
     text = run_cli(store, "diff", "step~1", "step").stdout
-    assert "torch: started from a different state (unseeded RNG: either run serves" in text
+    assert "torch: started from a different state (unseeded RNG: either stored run" in text
     verdict = json.loads(run_cli(store, "diff", "step", "--json").stdout)
     assert any("unseeded global RNG(s) python, torch" in note for note in verdict["notes"])
 

@@ -347,13 +347,13 @@ def rng_notes(record: Mapping[str, Any] | None) -> list[str]:
     if seeded:
         notes.append(
             f"the body drew from the seeded global RNG(s) {', '.join(seeded)}: a call hits only "
-            "from the recorded start state (seeded as before)"
+            "from the recorded start state (seeded as before; else seeded: start state differs)"
         )
     if unseeded:
         notes.append(
-            f"the body drew from the unseeded global RNG(s) {', '.join(unseeded)}: an unseeded "
-            "call is served the stored run whatever its start state (with rng='exact', only "
-            "from the recorded one)"
+            f"the body drew from the unseeded global RNG(s) {', '.join(unseeded)}: unseeded RNG: "
+            "served the stored run, whatever the start state of the call (with rng='exact', "
+            "only from the recorded one)"
         )
     if unknown:
         notes.append(
