@@ -272,6 +272,9 @@ elif what == "drawn":  # drawn from before memostore: the state cannot tell, so 
 from memostore import memo
 from memostore.effects import seeding
 
+if what == "drawn-after":  # memostore met the RNGs at its import: their lineage is known
+    random.random(); np.random.rand()
+
 @memo
 def f():
     pass
@@ -283,7 +286,8 @@ print(*(int(seeding.lineage(n).seeded) for n in ("python", "numpy", "torch")))
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("what", "expected"), [("none", "0 0 0"), ("seeded", "1 1 1"), ("drawn", "1 1 0")]
+    ("what", "expected"),
+    [("none", "0 0 0"), ("seeded", "1 1 1"), ("drawn", "1 1 0"), ("drawn-after", "0 0 0")],
 )
 def test_seeding_before_memostore_is_read_from_the_state(
     tmp_path: Path, what: str, expected: str

@@ -68,6 +68,11 @@ def _load_call_modules() -> None:
 
 __all__ = ["MemoizedFunction", "call_key", "memo"]
 
+# From here on, seeding the global RNGs already imported (random, numpy) is watched,
+# and their lineage so far is read from their state (``effects/seeding.py``): a
+# program's draws between this import and its first @memo must not hide it.
+seeding.meet(load_codecs=False)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Stores opened by this process: by what names them (a path, or $MEMOSTORE_DIR and the

@@ -104,6 +104,7 @@ class PythonRNG(GlobalRNG):
     """The generator behind the ``random`` module's functions."""
 
     name = "python"
+    module = "random"  # imported by any program that draws from it (memostore's calls do)
 
     def seeding_functions(self) -> list[SeedingFunction]:
         import random
