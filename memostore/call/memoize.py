@@ -23,11 +23,9 @@ import contextlib
 import functools
 import inspect
 import os
-import threading
 import time
 import types
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..effects import draws, seeding
@@ -40,7 +38,7 @@ from ..errors import (
     StaleCode,
 )
 from ..lifecycle import last_use
-from ..odb.store import ENV_STORE_DIR, Store
+from ..odb.store import Store
 from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
@@ -48,6 +46,7 @@ from ..values.hashcache import digest_cache, lineage_cache
 from . import context, hits, recording, rng_conditions, verbose
 from .evaluation import Evaluation, eval_ref_name, scalar_hparams
 from .keys import FastBinder, KeyedCall, call_key, key_tail, key_with
+from .stores import open_store
 
 if TYPE_CHECKING:
     from ..distributed import calls as ranks
@@ -75,56 +74,8 @@ seeding.meet(load_codecs=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Stores opened by this process: by what names them (a path, or $MEMOSTORE_DIR and the
-# working directory for the default), and by the path that resolves to, so that a hit
-# pays no stat and no path work. A deleted store is noticed before a miss writes.
-_stores: dict[tuple[Any, ...], Store] = {}
-_stores_by_path: dict[Path, Store] = {}
-_stores_lock = threading.Lock()
-
-
-def _store_key(store: str | os.PathLike[str] | None) -> tuple[Any, ...]:
-    """What decides which store *store* names: the text, and the cwd where it is relative."""
-    if store is None:
-        env = os.environ.get(ENV_STORE_DIR) or None
-        if env is not None and os.path.isabs(env):
-            return (None, env)
-        return (None, env, os.getcwd())
-    text = os.fspath(store)
-    return (text,) if os.path.isabs(text) else (text, os.getcwd())
-
-
-def _open_store(store: Store | str | os.PathLike[str] | None, check: bool = False) -> Store:
-    """The store a call uses: *store* itself, the path it names, or the default one.
-
-    Args:
-        store: as ``@memo(store=...)`` takes it.
-        check: make sure the store still exists (a miss is about to write into it);
-            one that was deleted is created again.
-    """
-    if isinstance(store, Store):
-        return store
-    key = _store_key(store)
-    opened = _stores.get(key)
-    if opened is not None and not (check and not _present(opened)):
-        return opened
-    from ..odb.store import default_store_path
-
-    path = Path(store).expanduser().absolute() if store is not None else default_store_path()
-    with _stores_lock:
-        opened = _stores_by_path.get(path)
-        if opened is None or not _present(opened):
-            opened = _stores_by_path[path] = Store(path)
-        _stores[key] = opened
-    return opened
-
-
 # What a look-up found under a ref it could not read (see _restore_if_moved).
 _DAMAGED_REF = "damaged"
-
-
-def _present(store: Store) -> bool:
-    return store.root is None or os.path.exists(os.path.join(store.root, "FORMAT"))
 
 
 def _symbol(fn: Callable[..., Any]) -> str:
@@ -263,7 +214,7 @@ class MemoizedFunction:
     def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
         """The stored evaluation for these arguments, or None (the body does not run)."""
         call = self._prepare(args, kwargs)
-        store = _open_store(self._store)
+        store = open_store(self._store)
         evaluation_id = store.refs.read(self._eval_ref_prefix + call.key)
         if evaluation_id is None:
             return None
@@ -279,7 +230,7 @@ class MemoizedFunction:
         except EncodeError as exc:
             raise EncodeError(f"cannot key a call of {self.symbol}: {exc}") from exc
         try:
-            store = _open_store(self._store)
+            store = open_store(self._store)
         except OSError as exc:
             _warn(
                 f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
@@ -295,7 +246,7 @@ class MemoizedFunction:
         if outcome is None and not isinstance(hit, hits.Hit):
             # The hit path trusts the store it opened before; a miss is about to write.
             try:
-                store = _open_store(self._store, check=True)
+                store = open_store(self._store, check=True)
             except OSError as exc:
                 _warn(
                     f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
