@@ -119,6 +119,9 @@ TARGETS = (
     Target(32, "Restore it on a hit", "<= 1.0x dcp.load", ("sharded.restore",)),
     Target(32, "Store size of 5 fine-tuning checkpoints with a frozen base", "<= 0.3x DCP's",
            ("sharded.finetune_size",)),
+    Target(29, "Hit overhead, tiny arguments, in-process and as a user runs it ($MEMOSTORE_DIR "
+           "set, the function defined in the script)", "<= 0.4x joblib.Memory",
+           ("memo.hit_overhead", "memo.hit_overhead_script")),
 )  # fmt: skip
 
 

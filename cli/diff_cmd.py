@@ -124,7 +124,10 @@ def _print_rng(out: Output, changes: dict[str, Any]) -> None:
         elif change.get("b") is None:
             text = "only in a"
         elif not change.get("before_same"):
-            text = "started from a different state"
+            text = {
+                True: "seeded: start state differs",
+                False: "started from a different state (unseeded RNG: either stored run serves)",
+            }.get(change.get("seeded"), "started from a different state")
         else:
             text = "same start, left in a different state"
         out.styled([(f"  {name}: ", "bold"), (text, None)])

@@ -192,12 +192,30 @@ def _print_effects(out: Output, record: dict[str, Any]) -> None:
     if rng:
         out.line()
         out.heading("random generators drawn from")
-        rows = []
-        for name, entry in rng.items():
-            before = str(entry.get("before") or "-")[:12]
-            after = str(entry.get("after") or "-")[:12]
-            rows.append((name, f"started from state {before}, left state {after}"))
-        out.pairs(rows, indent="  ")
+        out.pairs([(name, rng_line(entry)) for name, entry in rng.items()], indent="  ")
+
+
+def rng_line(entry: dict[str, Any]) -> str:
+    """One RNG the body drew from: its lineage at the call, the state it started from and left."""
+    before, after = entry.get("before"), str(entry.get("after") or "-")[:12]
+    seeded = entry.get("seeded")
+    if not before:
+        start = "seeded by the body before it drew: a call hits from any state"
+    elif seeded is True:
+        start = (
+            f"seeded: a call hits only from start state {before[:12]} "
+            "(another: start state differs)"
+        )
+    elif seeded is False:
+        start = (
+            "unseeded RNG: served the stored run, whatever the start state "
+            f"(this run's: {before[:12]})"
+        )
+    else:
+        start = f"started from state {before[:12]}"
+    leaves = entry.get("leaves")
+    tail = f"; the body left it {leaves}" if leaves else ""
+    return f"{start}; left state {after}{tail}"
 
 
 def summary_lines(summary: Any, depth: int = 0) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -178,8 +179,9 @@ def step(model, history, n):
     return random.random()
 
 
-torch.manual_seed(0)
-random.seed(int(sys.argv[1]))
+if sys.argv[2:] != ["unseeded"]:
+    torch.manual_seed(0)
+    random.seed(int(sys.argv[1]))
 step(torch.nn.Linear(2, 2), [1], int(sys.argv[1]))
 """
 
@@ -196,9 +198,11 @@ def test_show_lists_mutated_arguments_and_rngs_and_diff_compares_them(tmp_path: 
     assert shown["effects"]["model"]["class"] == "torch.nn.modules.linear.Linear"
     assert set(shown["rng"]) >= {"python", "torch"}
     assert all(r["before"] and r["after"] and r["bytes"] for r in shown["rng"].values())
+    assert all(r["seeded"] is True and r["leaves"] is None for r in shown["rng"].values())
     text = run_cli(store, "show", "step").stdout
     assert "mutated arguments (state after the call)" in text
-    assert "random generators drawn from" in text and "torch" in text
+    assert "random generators drawn from" in text
+    assert re.search(r"torch +seeded: a call hits only from start state \w+ \(another: start", text)
 
     record = json.loads(run_cli(store, "diff", "step~1", "step", "--json").stdout)
     history = record["effects"]["history"]["fields"]
@@ -207,9 +211,29 @@ def test_show_lists_mutated_arguments_and_rngs_and_diff_compares_them(tmp_path: 
     assert weight["path"] == ".weight" and weight["tensor"]["max_abs_diff"] > 0
     assert "python" in record["rng"] and not record["rng"]["python"]["before_same"]
     assert "torch" not in record["rng"]  # same start, same draws: the same record
+    assert record["rng"]["python"]["seeded"] is True
     text = run_cli(store, "diff", "step~1", "step").stdout
     assert "history: [1]: 1 -> 2" in text
     assert "model: Linear.weight: float32 [2, 2]: max abs diff" in text
+    assert "python: seeded: start state differs" in text
+
+
+def test_show_and_diff_say_when_an_unseeded_rng_lets_any_run_serve(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    script = write_script(tmp_path, "effects.py", EFFECTS)
+    for n in ("1", "2"):
+        run_script(script, n, "unseeded", env={"MEMOSTORE_DIR": str(store)})
+
+    shown = json.loads(run_cli(store, "show", "step", "--json").stdout)
+    assert {r["seeded"] for r in shown["rng"].values()} == {False}
+    text = run_cli(store, "show", "step").stdout
+    assert re.search(r"python +unseeded RNG: served the stored run, whatever the start", text)
+    record = json.loads(run_cli(store, "diff", "step~1", "step", "--json").stdout)
+    assert record["rng"]["torch"]["seeded"] is False
+    text = run_cli(store, "diff", "step~1", "step").stdout
+    assert "torch: started from a different state (unseeded RNG: either stored run" in text
+    verdict = json.loads(run_cli(store, "diff", "step", "--json").stdout)
+    assert any("unseeded global RNG(s) python, torch" in note for note in verdict["notes"])
 
 
 def test_show_of_a_record_without_effects(fields_store: dict[str, Path]) -> None:

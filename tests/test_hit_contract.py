@@ -194,15 +194,17 @@ import numpy as np
 import torch
 from memostore import memo
 
-@memo
+MODE = sys.argv[2]
+
+@memo(rng=MODE)
 def draw():
     return torch.rand(2).tolist(), np.random.rand(), random.random()
 
-@memo
+@memo(rng=MODE)
 def pure(n):
     return n * 2
 
-@memo
+@memo(rng=MODE)
 def seeded_inside(n):
     torch.manual_seed(n)
     return torch.rand(1).item()
@@ -211,7 +213,7 @@ def seeded_inside(n):
 def noise():
     return torch.rand(1).item()
 
-@memo
+@memo(rng=MODE)
 def outer():
     return draw()  # a hit inside: its restored RNG state is a draw of this body
 
@@ -231,28 +233,50 @@ if sys.argv[1] == "seeded":
 print("outer", outer(), torch.rand(1).item())
 """
 
+SEEDED_CALLS = [
+    ["draw miss", "pure miss", "seeded_inside miss", "noise miss", "outer miss", "draw hit"],
+    ["draw hit", "pure hit", "seeded_inside hit", "noise hit", "outer hit"],
+]
+
 
 @pytest.mark.slow
 def test_global_rng_is_keyed_when_drawn_and_left_as_the_miss_left_it(tmp_path: Path) -> None:
     script = write_script(tmp_path, "rng.py", RNG)
     store = tmp_path / "store"
-    first, calls1 = _verbose_run(script, "seeded", store=store)
-    second, calls2 = _verbose_run(script, "seeded", store=store)
+    first, calls1 = _verbose_run(script, "seeded", "exact", store=store)
+    second, calls2 = _verbose_run(script, "seeded", "exact", store=store)
     assert first == second, "a hit must leave every global RNG where the miss left it"
-    assert calls1 == [
-        "draw miss",
-        "pure miss",
-        "seeded_inside miss",
-        "noise miss",
-        "outer miss",
-        "draw hit",
-    ]
-    assert calls2 == ["draw hit", "pure hit", "seeded_inside hit", "noise hit", "outer hit"]
-    # Unseeded: the draws differ, so the call must run; a body that seeds first and a
-    # body that draws nothing hit from any state, and rng="ignore" hits regardless.
-    _, calls3 = _verbose_run(script, "unseeded", store=store)
+    assert [calls1, calls2] == SEEDED_CALLS
+    # rng="exact", unseeded: the draws differ, so the call must run; a body that seeds
+    # first and a body that draws nothing hit from any state, rng="ignore" regardless.
+    _, calls3 = _verbose_run(script, "unseeded", "exact", store=store)
     assert calls3 == [
         "draw miss",
+        "pure hit",
+        "seeded_inside hit",
+        "noise hit",
+        "outer miss",
+        "draw miss",
+    ]
+
+
+@pytest.mark.slow
+def test_unseeded_rngs_are_served_any_stored_run_and_seeded_ones_their_own(
+    tmp_path: Path,
+) -> None:
+    script = write_script(tmp_path, "rng.py", RNG)
+    store = tmp_path / "store"
+    first, calls1 = _verbose_run(script, "seeded", "lineage", store=store)
+    second, calls2 = _verbose_run(script, "seeded", "lineage", store=store)
+    assert first == second
+    assert [calls1, calls2] == SEEDED_CALLS
+    # Unseeded, the stored run is served, and the RNGs are left where it left them.
+    unseeded, calls3 = _verbose_run(script, "unseeded", "lineage", store=store)
+    assert unseeded.splitlines()[:2] == first.splitlines()[:2]
+    # The body of seeded_inside seeds torch: its hit leaves torch seeded, as the miss
+    # did, and outer (which drew from the seeded state 7) must not be served then.
+    assert calls3 == [
+        "draw hit",
         "pure hit",
         "seeded_inside hit",
         "noise hit",

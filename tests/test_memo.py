@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import shutil
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -283,6 +284,35 @@ def test_store_default_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert Store.default().root == project / ".memostore"  # found upward
     monkeypatch.setenv("MEMOSTORE_DIR", str(tmp_path / "elsewhere"))
     assert Store.default().root == tmp_path / "elsewhere"
+
+
+def test_calls_follow_memostore_dir_the_cwd_and_a_deleted_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = Calls()
+
+    @memo
+    def double(x):
+        calls.append(x)
+        return 2 * x
+
+    monkeypatch.setenv("MEMOSTORE_DIR", str(tmp_path / "a"))
+    assert double(1) == double(1) == 2 and calls == [1]
+    monkeypatch.setenv("MEMOSTORE_DIR", str(tmp_path / "b"))  # another store: computed there
+    assert double(1) == double(1) == 2 and calls == [1, 1]
+    # A relative $MEMOSTORE_DIR names a store in each working directory.
+    monkeypatch.setenv("MEMOSTORE_DIR", "rel")
+    for directory in ("c1", "c2"):
+        (tmp_path / directory).mkdir()
+        monkeypatch.chdir(tmp_path / directory)
+        assert double(1) == double(1) == 2
+    assert calls == [1] * 4 and (tmp_path / "c2" / "rel" / "FORMAT").is_file()
+    # A store deleted under a running program is created again, and stores again.
+    shutil.rmtree(tmp_path / "c2" / "rel")
+    assert double(1) == double(1) == 2 and calls == [1] * 5
+    assert (tmp_path / "c2" / "rel" / "FORMAT").is_file()
+    monkeypatch.setenv("MEMOSTORE_DIR", str(tmp_path / "a"))  # the first store still serves
+    assert double(1) == 2 and calls == [1] * 5
 
 
 def test_in_memory_store(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from memostore.effects.rng import GlobalRNG, wrap_resets
+from memostore.effects.rng import GlobalRNG, SeedingFunction
 from memostore.values.codecs import Codec
 
 from .exposure import raw_frombuffer, raw_numpy
@@ -63,17 +63,35 @@ class GeneratorCodec(Codec):
         return assign_generator(target, source, plan)
 
 
+# torch seeds its generators from the operating system's entropy with a 64-bit draw
+# (53 bits for CUDA's), at start-up and in torch.seed(); a seed a program chooses is,
+# in practice, below 2**32 (numpy's and Lightning's range, and the usual 0, 42, 1234).
+_CHOSEN_SEEDS = 1 << 32
+
+
 class TorchRNG(GlobalRNG):
     """torch's default CPU generator (``torch.manual_seed``, ``torch.randn``, dropout)."""
 
     name = "torch"
     module = "torch"
 
-    def watch_resets(self) -> None:
-        # torch.manual_seed seeds every device's generator too.
-        names = ("torch", "cuda")
-        wrap_resets(torch, ("manual_seed", "seed", "set_rng_state"), names)
-        wrap_resets(torch.random, ("manual_seed", "seed", "set_rng_state"), names)
+    def seeding_functions(self) -> list[SeedingFunction]:
+        both = ("torch", "cuda")  # torch.manual_seed and torch.seed seed every device too
+        out = []
+        for module in (torch, torch.random):
+            out += [
+                SeedingFunction(module, "manual_seed", both),
+                SeedingFunction(module, "seed", both, "seed"),
+                SeedingFunction(module, "set_rng_state", (self.name,)),
+            ]
+        out.append(SeedingFunction(torch.random, "fork_rng", both, "fork"))
+        return out
+
+    def seed_marker(self) -> int:
+        return torch.initial_seed()
+
+    def seeded_by_program(self, state: bytes) -> bool:
+        return torch.initial_seed() < _CHOSEN_SEEDS
 
     def get_state(self) -> bytes:
         return bytes(raw_numpy(torch.get_rng_state()))
@@ -87,7 +105,9 @@ class CudaRNG(GlobalRNG):
 
     State bytes: the device count, then each device's state with its length.
     Before CUDA is initialised nothing can have drawn from these generators,
-    and reading them would initialise CUDA: they are not in use then.
+    and reading them would initialise CUDA: they are not in use then (their
+    seeding functions are watched from torch's import on, as seeding is queued
+    until then). The devices count as one RNG: seeded once any device is.
     """
 
     name = "cuda"
@@ -96,16 +116,29 @@ class CudaRNG(GlobalRNG):
     def in_use(self) -> bool:
         return torch.cuda.is_available() and torch.cuda.is_initialized()
 
-    def watch_resets(self) -> None:
-        functions = (
-            "manual_seed",
-            "manual_seed_all",
-            "seed",
-            "seed_all",
-            "set_rng_state",
-            "set_rng_state_all",
-        )
-        wrap_resets(torch.cuda, functions, (self.name,))
+    def seeding_functions(self) -> list[SeedingFunction]:
+        import torch.cuda.random
+
+        names = (self.name,)
+        kinds = {"seed": "seed", "seed_all": "seed"}
+        return [
+            SeedingFunction(module, attr, names, kinds.get(attr, "value"))
+            for module in (torch.cuda, torch.cuda.random)
+            for attr in (
+                "manual_seed",
+                "manual_seed_all",
+                "seed",
+                "seed_all",
+                "set_rng_state",
+                "set_rng_state_all",
+            )
+        ]
+
+    def seed_marker(self) -> tuple[int, ...]:
+        return tuple(g.initial_seed() for g in torch.cuda.default_generators)
+
+    def seeded_by_program(self, state: bytes) -> bool:
+        return any(seed < _CHOSEN_SEEDS for seed in self.seed_marker())
 
     def get_state(self) -> bytes:
         states = [bytes(raw_numpy(s.cpu())) for s in torch.cuda.get_rng_state_all()]

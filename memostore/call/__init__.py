@@ -1,8 +1,10 @@
 """The ``@memo`` decorator and the life of one memoised call.
 
 ``memoize`` is the decorator and the call flow; ``keys`` binds arguments and
-derives the call key; ``hits`` prepares and commits a hit; ``recording``
-stores a miss (``evaluation`` is its record, ``provenance`` where it ran);
+derives the call key; ``rng_conditions`` finds the stored evaluation whose
+global RNG condition holds (by lineage, or exactly); ``hits`` prepares and
+commits a hit; ``recording`` stores a miss (``evaluation`` is its record,
+``provenance`` where it ran);
 ``context`` is the evaluation a piece of code runs inside, for logging and
 lineage; ``single_flight`` makes a miss wait for a live caller computing the
 same call; ``verbose`` says hit or miss, and why. Argument effects and RNG

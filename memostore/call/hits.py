@@ -8,12 +8,8 @@ evaluation that cannot be used (its RNG condition does not hold, an effect
 cannot be replayed, an object is missing or damaged) is therefore a miss that
 has changed nothing.
 
-RNG condition: an evaluation whose body drew from a global RNG is the answer
-of a call only while that RNG is in the state the body started from. The
-call's ref names the newest evaluation of the key; each one that drew from an
-RNG is also named by ``rng/<function>/<condition>``, where the condition is
-the key plus the digests of the states it started from, so several starting
-states of one call can all be kept.
+Which stored evaluation answers a call whose body drew from global RNGs
+(seeded or not, ``@memo(rng=...)``) is decided before, in ``rng_conditions.py``.
 """
 
 from __future__ import annotations
@@ -22,15 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..effects import rng
+from ..effects import draws
 from ..effects.arguments import Watched, plan_replay, substitute_aliases
 from ..effects.replay import NotReplayable, Planner
-from ..odb.refs import ref_part
 from ..odb.store import Store
 from ..values.decoding import Decoder
 from ..values.rank_results import decode_result
 
-__all__ = ["Hit", "NotUsable", "prepare", "rng_condition", "rng_ref_name"]
+__all__ = ["Hit", "NotUsable", "prepare"]
 
 
 class NotUsable(Exception):
@@ -48,15 +43,6 @@ class NotUsable(Exception):
         self.warn = warn
 
 
-def rng_condition(key: str, digests: dict[str, str]) -> str:
-    """The condition digest of a call key and the RNG states it starts from."""
-    return rng.condition_key({"key": key, "rng": digests})
-
-
-def rng_ref_name(function: str, key: str, digests: dict[str, str]) -> str:
-    return f"rng/{ref_part(function)}/{rng_condition(key, digests)}"
-
-
 @dataclass
 class Hit:
     """A usable stored evaluation, with every change to the program planned."""
@@ -69,6 +55,7 @@ class Hit:
     planner: Planner | None = None
     bindings: list[tuple[Any, str, Any]] = field(default_factory=list)
     rng_states: dict[str, bytes] = field(default_factory=dict)
+    rng_note: str = ""  # how the RNG condition held, for the verbose line
 
     def commit(self) -> Any:
         """Apply the planned effects and RNG states; return the result to give back."""
@@ -77,57 +64,11 @@ class Hit:
         for namespace, name, value in self.bindings:
             namespace[name] = value
         if self.rng_states:
-            rng.restore(self.rng_states)
+            draws.restore(self.rng_states, self.body.get("rng"))
         aliases = self.body.get("aliases")
         if aliases and self.watched is not None:
             return substitute_aliases(self.result, aliases, self.watched)
         return self.result
-
-
-def _conditions(body: dict[str, Any]) -> dict[str, str]:
-    """RNG name -> digest of the state the body drew from (RNGs it seeded first: none)."""
-    record = body.get("rng") or {}
-    return {name: r["before"] for name, r in record.items() if r.get("before")}
-
-
-def _rng_usable(body: dict[str, Any]) -> bool:
-    conditions = _conditions(body)
-    if not conditions:
-        return True
-    return rng.current_digests(conditions) == conditions
-
-
-def matching_evaluation(
-    store: Store, evaluation_id: str, body: dict[str, Any], function: str, key: str
-) -> tuple[str, dict[str, Any]]:
-    """The evaluation of this key whose RNG condition holds now (NotUsable if none).
-
-    *evaluation_id* is the one the call's ref names; another, made from other
-    RNG states, may be named by the RNG-specific ref of the states now.
-    """
-    if _rng_usable(body):
-        return evaluation_id, body
-    conditions = _conditions(body)
-    names = ", ".join(sorted(conditions))
-    other_state = NotUsable(
-        f"the global RNG ({names}) is in another state than the stored call started from",
-        warn=False,
-    )
-    now = rng.current_digests(conditions)
-    if now is None:
-        raise other_state
-    other = store.refs.read(rng_ref_name(function, key, now))
-    if other is None or other == evaluation_id:
-        raise other_state
-    other_body = store.evaluation(other).body
-    # The ref is only a hint: the record itself must say it is this call's.
-    if (
-        other_body.get("function") != function
-        or other_body.get("key") != key
-        or not _rng_usable(other_body)
-    ):
-        raise other_state
-    return other, other_body
 
 
 def prepare(

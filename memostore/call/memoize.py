@@ -23,14 +23,12 @@ import contextlib
 import functools
 import inspect
 import os
-import threading
 import time
 import types
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..effects import rng
+from ..effects import draws, seeding
 from ..effects.arguments import MISSING, Watched
 from ..errors import (
     DecodeError,
@@ -48,8 +46,9 @@ from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
 from ..values.hashcache import digest_cache, lineage_cache
-from . import hits, recording, verbose
+from . import hits, recording, rng_conditions, verbose
 from .keys import FastBinder, KeyedCall, call_about, call_key, key_tail, key_with
+from .stores import open_store
 
 if TYPE_CHECKING:
     from ..distributed import calls as ranks
@@ -70,28 +69,15 @@ def _load_call_modules() -> None:
 
 __all__ = ["MemoizedFunction", "call_key", "memo"]
 
+# From here on, seeding the global RNGs already imported (random, numpy) is watched,
+# and their lineage so far is read from their state (``effects/seeding.py``): a
+# program's draws between this import and its first @memo must not hide it.
+seeding.meet(load_codecs=False)
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-_stores: dict[Path, Store] = {}
-_stores_lock = threading.Lock()
-
 
 # What a look-up found under a ref it could not read (see _restore_if_moved).
 _DAMAGED_REF = "damaged"
-
-
-def _open_store(store: Store | str | os.PathLike[str] | None) -> Store:
-    if isinstance(store, Store):
-        return store
-    from ..odb.store import default_store_path
-
-    path = Path(store).expanduser().absolute() if store is not None else default_store_path()
-    opened = _stores.get(path)
-    if opened is None or not (path / "FORMAT").exists():
-        opened = Store(path)
-        with _stores_lock:
-            _stores[path] = opened
-    return opened
 
 
 def _symbol(fn: Callable[..., Any]) -> str:
@@ -106,7 +92,6 @@ _fix = recording.fix
 
 # Hits whose arguments and code were checked in this process (see _heal), at most.
 _HEALED_MAX = 1 << 16
-_RNG_MODES = ("track", "ignore")
 
 
 class MemoizedFunction:
@@ -120,7 +105,7 @@ class MemoizedFunction:
         files: Iterable[str] = (),
         version: str | None = None,
         store: Store | str | os.PathLike[str] | None = None,
-        rng: str = "track",
+        rng: str = "lineage",
         wait: bool | float = True,
         distributed: str = "all",
     ) -> None:
@@ -139,13 +124,11 @@ class MemoizedFunction:
                 f"@memo(ignore=...) names {sorted(unknown)}, which {fn.__qualname__} "
                 f"does not take; its parameters are {list(self._signature.parameters)}"
             )
-        if rng not in _RNG_MODES:
-            raise MemostoreError(
-                f"@memo(rng={rng!r}) is not a mode: use rng='track' (the default: a body that "
-                "draws from a global RNG hits only from the same RNG state, and a hit leaves the "
-                "RNG where the body did) or rng='ignore' (RNG states are neither keyed nor set)"
-            )
-        self._track_rng = rng == "track"
+        self._rng_mode = rng_conditions.check_mode(rng)
+        self._track_rng = rng != "ignore"
+        # Watch the seeding functions of the RNG libraries imported by now, before the
+        # program's code after this definition can seed them (``effects/seeding.py``).
+        seeding.meet(load_codecs=False)
         self._wait = single_flight.check_wait(wait)
         self._distributed = ranks.check_mode(distributed)
         self._version = None if version is None else str(version)
@@ -158,6 +141,8 @@ class MemoizedFunction:
         parameters = list(self._signature.parameters)
         self._paths = PathArguments(self.symbol, parameters, files, self._ignore)
         self._key_tail = key_tail(self.symbol, self._version)
+        # The call's ref name, but for the key at its end (escaping the symbol costs a regex).
+        self._eval_ref_prefix = eval_ref_name(self.symbol, "")
         self.code_file = inspect.getsourcefile(fn) if hasattr(fn, "__code__") else None
         self._code_docs_written: set[tuple[str, str]] = set()
         self._healed: set[tuple[Any, ...]] = set()
@@ -231,8 +216,8 @@ class MemoizedFunction:
     def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
         """The stored evaluation for these arguments, or None (the body does not run)."""
         call = self._prepare(args, kwargs)
-        store = _open_store(self._store)
-        evaluation_id = store.refs.read(eval_ref_name(self.symbol, call.key))
+        store = open_store(self._store)
+        evaluation_id = store.refs.read(self._eval_ref_prefix + call.key)
         if evaluation_id is None:
             return None
         try:
@@ -247,7 +232,7 @@ class MemoizedFunction:
         except EncodeError as exc:
             raise EncodeError(f"cannot key a call of {self.symbol}: {exc}") from exc
         try:
-            store = _open_store(self._store)
+            store = open_store(self._store)
         except OSError as exc:
             _warn(
                 f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
@@ -257,9 +242,19 @@ class MemoizedFunction:
         outcome = ranks.run_call(self, store, call, args, kwargs)  # None: not a job's rank
         if isinstance(outcome, ranks.Computed):
             return outcome.result
-        ref = eval_ref_name(self.symbol, call.key)
+        ref = self._eval_ref_prefix + call.key
         seen: list[str | None] = []  # what the lookup found under the ref
         hit = self._restore(store, ref, call, seen) if outcome is None else outcome
+        if outcome is None and not isinstance(hit, hits.Hit):
+            # The hit path trusts the store it opened before; a miss is about to write.
+            try:
+                store = open_store(self._store, check=True)
+            except OSError as exc:
+                _warn(
+                    f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
+                    "running unstored"
+                )
+                return self._fn(*args, **kwargs)
         flight = None
         if not isinstance(hit, hits.Hit) and self._wait is not False:
             # Only after a miss: another caller computing this key is waited for.
@@ -287,7 +282,7 @@ class MemoizedFunction:
                 ) from exc
             last_use.note_use(store, hit.evaluation_id, hit=True)
             if verbose.enabled():
-                verbose.report_hit(self.symbol, hit.evaluation_id, hit.body)
+                verbose.report_hit(self.symbol, hit.evaluation_id, hit.body, hit.rng_note)
             return result
         with flight or contextlib.nullcontext():
             # The lease (if held) goes once the evaluation is recorded, result or failure.
@@ -312,14 +307,15 @@ class MemoizedFunction:
 
     def _prepare_hit(self, store: Store, evaluation_id: str, call: KeyedCall) -> hits.Hit:
         body = store.evaluation(evaluation_id).body
+        note = ""
         if self._track_rng and body.get("rng"):
-            evaluation_id, body = hits.matching_evaluation(
-                store, evaluation_id, body, self.symbol, call.key
+            evaluation_id, body, note = rng_conditions.matching_evaluation(
+                store, evaluation_id, body, self.symbol, call.key, self._rng_mode
             )
         # Heal before the decode: the restore ends by starting the background check
         # of mapped tensors (torch_codecs), which then shares the machine with
         # whatever this call still does.
-        return hits.prepare(
+        hit = hits.prepare(
             store,
             evaluation_id,
             body,
@@ -328,6 +324,8 @@ class MemoizedFunction:
             before_decode=lambda b: self._heal(store, call, b),
             remember=_remember_restored,
         )
+        hit.rng_note = note
+        return hit
 
     def _restore(
         self, store: Store, ref: str, call: KeyedCall, seen: list[str | None] | None = None
@@ -459,7 +457,7 @@ class MemoizedFunction:
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
-        rng_frame = rng.begin() if self._track_rng and storable else None
+        rng_frame = draws.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         if ctx.store.root is not None:
             _list_as_running(ctx)
@@ -470,7 +468,7 @@ class MemoizedFunction:
         except BaseException as exc:
             context.leave(token)
             if rng_frame is not None:
-                rng.end(rng_frame)
+                draws.end(rng_frame)
             if storable and not isinstance(exc, GeneratorExit):
                 status = "error" if isinstance(exc, Exception) else "interrupted"
                 recording.record_failure(store, call, ctx, exc, status, started, t0)
@@ -480,7 +478,7 @@ class MemoizedFunction:
         context.leave(token)
         duration = time.perf_counter() - t0
         if storable:
-            rng_used = rng.end(rng_frame) if rng_frame is not None else {}
+            rng_used = draws.end(rng_frame) if rng_frame is not None else {}
             recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)
             if call.stored is not None:
                 _remember_stored(result, call.stored.id)
@@ -553,7 +551,7 @@ def memo(
     files: Iterable[str] = (),
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
-    rng: str = "track",
+    rng: str = "lineage",
     wait: bool | float = True,
     distributed: str = "all",
 ) -> Callable[[F], F]: ...
@@ -566,7 +564,7 @@ def memo(
     files: Iterable[str] = (),
     version: str | int | None = None,
     store: Store | str | os.PathLike[str] | None = None,
-    rng: str = "track",
+    rng: str = "lineage",
     wait: bool | float = True,
     distributed: str = "all",
 ) -> Any:
@@ -582,10 +580,12 @@ def memo(
             not by the name (``docs/concepts.md``, "Files and directories").
         version: an explicit salt; change it to invalidate every stored result.
         store: a :class:`Store` or path; default :meth:`Store.default` at call time.
-        rng: ``"track"`` (default): a body that draws from a global RNG (torch's,
-            numpy's, ``random``'s) hits only when that RNG is in the state the
-            stored call started from, and a hit leaves it where the body left it;
-            ``"ignore"``: global RNGs are neither part of the key nor set by a hit.
+        rng: for a body that draws from a global RNG (torch's, numpy's, ``random``'s):
+            ``"lineage"`` (default): an RNG the program seeded must be in the state
+            the stored call started from, an unseeded one matches any stored run;
+            ``"exact"``: every such RNG must be in the recorded start state;
+            either way a hit leaves each RNG where the stored body left it.
+            ``"ignore"``: global RNGs are neither checked nor set by a hit.
         wait: single-flight (``docs/clusters.md``): a miss on a call that another
             live process (or thread) is computing waits for its result and returns
             it as a hit. True (default): wait as long as that caller lives; a

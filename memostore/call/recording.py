@@ -14,6 +14,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..effects import draws
 from ..effects.arguments import alias_paths, changed_names, plan_replay
 from ..effects.replay import NotReplayable, Planner
 from ..errors import EncodeError, MemostoreWarning
@@ -34,7 +35,7 @@ from ..records.provenance import provenance
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
 from ..values.rank_results import depends_on_rank, per_rank_doc
-from .hits import rng_ref_name
+from .rng_conditions import rng_ref_names
 
 if TYPE_CHECKING:
     from .keys import KeyedCall
@@ -132,7 +133,7 @@ def store_result(
     result: Any,
     started: float,
     duration: float,
-    rng_used: dict[str, tuple[str | None, bytes]],
+    rng_used: dict[str, draws.Draw],
     writer: ResultWriter | None = None,
 ) -> None:
     """Store a miss's result, effects and RNG record, then publish it (warns on failure).
@@ -186,18 +187,11 @@ def store_result(
         aliases = alias_paths(result, call.watched.items)
         if aliases:
             fields["aliases"] = aliases
-        conditions = {name: before for name, (before, _) in rng_used.items() if before}
         if rng_used:
-            fields["rng"] = {
-                name: {"after": store.objects.add_bytes(after)}
-                for name, (_, after) in rng_used.items()
-            }
-            for name, before in conditions.items():
-                fields["rng"][name]["before"] = before
+            fields["rng"] = draws.record(rng_used, store.objects.add_bytes)
         fields.update(ctx.finalize("ok"))
-        refs = [eval_ref_name(symbol, call.key)]
-        if conditions:
-            refs.insert(0, rng_ref_name(symbol, call.key, conditions))
+        refs = rng_ref_names(symbol, call.key, fields.get("rng"))
+        refs.append(eval_ref_name(symbol, call.key))
         doc = publish(store, fields, ctx, refs)
     except NotStorable as exc:
         ctx.finalize("ok")

@@ -6,6 +6,8 @@ go to standard error, as joblib's ``verbose`` does::
 
     memostore: train: hit 3f2a9c1d (saved 19.5 s)
     memostore: train: miss 8be0d2a7 (lr changed)
+    memostore: train: hit 3f2a9c1d (saved 19.5 s; unseeded RNG (torch): served the stored run)
+    memostore: train: miss 5c01b7e4 (seeded: start state differs (the global RNG torch ...))
 
 Single-flight waits and take-overs (``single_flight.py``) are always reported,
 verbose or not: a call waiting for another process would otherwise look hung.
@@ -49,9 +51,13 @@ def _emit(text: str) -> None:
     sys.stderr.flush()
 
 
-def report_hit(symbol: str, evaluation_id: str, body: dict[str, Any]) -> None:
+def report_hit(symbol: str, evaluation_id: str, body: dict[str, Any], note: str = "") -> None:
+    """Say that a call hit, what it saved, and *note* (how its RNG condition held)."""
     saved = body.get("duration_s")
-    tail = f" (saved {saved:.1f} s)" if isinstance(saved, (int, float)) else ""
+    notes = [f"saved {saved:.1f} s"] if isinstance(saved, (int, float)) else []
+    if note:
+        notes.append(note)
+    tail = f" ({'; '.join(notes)})" if notes else ""
     _emit(f"{_name(symbol)}: hit {evaluation_id[:8]}{tail}")
 
 

@@ -36,7 +36,7 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..call import hits, single_flight, verbose
+from ..call import hits, rng_conditions, single_flight, verbose
 from ..errors import MemostoreError, ObjectNotFound
 from ..odb.objects import canonical_json, digest_bytes
 from ..records.evaluation import eval_ref_name
@@ -246,7 +246,9 @@ def _plan(
     try:
         body = store.evaluation(evaluation_id).body
         if track_rng and body.get("rng"):
-            found, body = hits.matching_evaluation(store, evaluation_id, body, fn.symbol, call.key)
+            found, body, _ = rng_conditions.matching_evaluation(
+                store, evaluation_id, body, fn.symbol, call.key, fn._rng_mode
+            )
             if found != evaluation_id:
                 return _UNUSABLE, None
         hit = hits.prepare(

@@ -26,7 +26,7 @@ import json
 import struct
 from typing import TYPE_CHECKING, Any
 
-from ..call.hits import rng_ref_name
+from ..call.rng_conditions import rng_ref_names
 from ..errors import CorruptObject, MemostoreError
 from ..odb import index
 from ..records.evaluation import eval_ref_name
@@ -207,8 +207,7 @@ def _adopt(
         return
     body = store.evaluation(evaluation_id).body
     symbol = call.fn.symbol
-    conditions = {n: r["before"] for n, r in (body.get("rng") or {}).items() if r.get("before")}
-    if conditions:
-        store.refs.set(rng_ref_name(symbol, call.key, conditions), evaluation_id)
+    for name in rng_ref_names(symbol, call.key, body.get("rng")):
+        store.refs.set(name, evaluation_id)
     store.refs.set(eval_ref_name(symbol, call.key), evaluation_id)
     index.record(store, evaluation_id, body)

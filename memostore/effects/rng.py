@@ -1,27 +1,13 @@
-"""Global random number generators: what a body consumed, and leaving them as it did.
+"""Global random number generators: what each one is, its state, and how a program seeds it.
 
 Code written the usual way draws from global RNGs: ``random.shuffle``,
 ``np.random.rand``, ``torch.randn``, dropout, a ``DataLoader`` that shuffles.
 A memoised body that draws from one has a result that depends on the RNG's
-state at the call, and leaves the RNG advanced. So, for each global RNG that
-is in use (its library imported) when a call starts, a miss records:
-
-* whether the body consumed it (its state after the body differs from before);
-* the state it consumed from (a digest: part of what the result depends on);
-* the state it left (stored, to be set again by a hit).
-
-A hit of an evaluation that consumed an RNG happens only when that RNG is in
-the recorded state at the call (seeded code hits in every process; unseeded
-randomness misses, as running it would give another result), and sets it to
-the state the miss left. An RNG the body did not touch is left alone.
-
-A body that seeds an RNG before drawing from it (``torch.manual_seed(0)`` as
-its first line) does not depend on the state it started from: the seeding
-functions (``random.seed``, ``np.random.seed``, ``torch.manual_seed`` and the
-``set_state`` functions) are watched, and an RNG seeded with a given value
-while still in its starting state is recorded without a starting state, so the
-call hits whatever state the RNG was in. Seeding from entropy (``seed()``
-without a value) is a draw like any other.
+state at the call, and leaves the RNG advanced. This module says what a global
+RNG is to memostore: a name, a state as canonical bytes, the functions that
+seed it, and what its state shows of how it was seeded. ``seeding.py`` tracks
+whether the program has seeded each one; ``draws.py`` records what a body drew
+and sets the RNGs again on a hit.
 
 The core knows Python's ``random`` and numpy's legacy global RNG; codec
 packages add theirs (``torch_codecs`` adds torch's CPU and CUDA generators)
@@ -31,18 +17,43 @@ with :func:`register_rng`.
 from __future__ import annotations
 
 import array
-import functools
 import json
 import struct
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..odb.objects import canonical_json, digest_bytes
+from . import mt19937
 
 RNG_PREFIX = b"memostore:rng:1\n"
+
+
+@dataclass(frozen=True)
+class SeedingFunction:
+    """A module function that seeds or sets global RNGs, to be watched.
+
+    Attributes:
+        module: the module object holding it.
+        attr: its name there.
+        names: the RNGs it seeds (``torch.manual_seed`` seeds ``torch`` and ``cuda``).
+        kind: ``"value"`` (always sets a chosen state: ``manual_seed(n)``,
+            ``set_state(s)``), ``"seed"`` (a value when one is given, else the
+            operating system's entropy: ``random.seed()``, ``torch.seed()``), or
+            ``"fork"`` (``torch.random.fork_rng``: states put back on exit).
+    """
+
+    module: Any
+    attr: str
+    names: tuple[str, ...]
+    kind: str = "value"
+
+    @property
+    def label(self) -> str:
+        return f"{getattr(self.module, '__name__', '?')}.{self.attr}"
 
 
 class GlobalRNG(ABC):
@@ -56,15 +67,29 @@ class GlobalRNG(ABC):
     name: str = ""
     module: str | None = None
 
-    def watch_resets(self) -> None:  # noqa: B027 - optional: an RNG may have no seeding API
-        """Wrap the functions that seed or set this RNG to call :func:`note_reset` first.
+    def seeding_functions(self) -> list[SeedingFunction]:
+        """The functions that seed or set this RNG (imports its module; called once it is)."""
+        return []
 
-        Called once the RNG is in use; must be idempotent.
-        """
+    def importable(self) -> bool:
+        """Whether the RNG's library is imported (its seeding functions can be called)."""
+        return self.module is None or self.module in sys.modules
 
     def in_use(self) -> bool:
         """Whether the RNG can have been drawn from (its library is imported)."""
-        return self.module is None or self.module in sys.modules
+        return self.importable()
+
+    def seed_marker(self) -> Hashable | None:
+        """A cheap value that changes whenever the RNG is seeded (None: the RNG keeps none)."""
+        return None
+
+    def seeded_by_program(self, state: bytes) -> bool | None:
+        """What *state* shows of the RNG's last seeding.
+
+        True: seeded with a value the program chose; False: seeded from the
+        operating system's entropy; None: the state cannot tell.
+        """
+        return None
 
     @abstractmethod
     def get_state(self) -> bytes:
@@ -79,14 +104,26 @@ class PythonRNG(GlobalRNG):
     """The generator behind the ``random`` module's functions."""
 
     name = "python"
+    module = "random"  # imported by any program that draws from it (memostore's calls do)
 
-    def watch_resets(self) -> None:
+    def seeding_functions(self) -> list[SeedingFunction]:
         import random
 
-        wrap_resets(random, ("seed", "setstate"), (self.name,))
+        names = (self.name,)
+        return [
+            SeedingFunction(random, "seed", names, "seed"),
+            SeedingFunction(random, "setstate", names),
+        ]
 
     # version, whether gauss_next is set, gauss_next, then the Mersenne Twister words.
     _HEAD = struct.Struct("<i?d")
+
+    def seeded_by_program(self, state: bytes) -> bool | None:
+        words = array.array("Q")
+        words.frombytes(state[self._HEAD.size :])
+        if len(words) != mt19937.N + 1:
+            return None
+        return mt19937.seeded_with_value(words[: mt19937.N], words[mt19937.N])
 
     def get_state(self) -> bytes:
         import random
@@ -110,14 +147,32 @@ class NumpyRNG(GlobalRNG):
     name = "numpy"
     module = "numpy"
 
-    def watch_resets(self) -> None:
-        import numpy as np
+    def seeding_functions(self) -> list[SeedingFunction]:
+        import numpy.random
+        import numpy.random.mtrand
 
-        wrap_resets(np.random, ("seed", "set_state"), (self.name,))
+        names = (self.name,)
+        return [
+            SeedingFunction(module, attr, names, "seed" if attr == "seed" else "value")
+            for module in (numpy.random, numpy.random.mtrand)
+            for attr in ("seed", "set_state")
+        ]
 
     # The usual bit generator, packed: its position, gauss cache, then its key words.
     _MT = b"MT19937\n"
     _HEAD = struct.Struct("<qqd")
+
+    def seeded_by_program(self, state: bytes) -> bool | None:
+        if not state.startswith(self._MT):
+            return None
+        pos = self._HEAD.unpack_from(state, len(self._MT))[0]
+        words = array.array("I")
+        if words.itemsize != 4:  # pragma: no cover - every supported platform has 4-byte I
+            return None
+        words.frombytes(state[len(self._MT) + self._HEAD.size :])
+        if sys.byteorder != "little":  # pragma: no cover
+            words.byteswap()
+        return mt19937.seeded_with_value(words, pos)
 
     def get_state(self) -> bytes:
         import numpy as np
@@ -170,87 +225,6 @@ def _arrays(value: Any) -> Any:
 
 _registry: dict[str, GlobalRNG] = {}
 _lock = threading.Lock()
-_watched: set[str] = set()
-
-
-class Frame:
-    """One memoised body in progress: the RNG states it started from, and its resets.
-
-    Attributes:
-        before: RNG name -> state at the call.
-        seeded: RNGs seeded with a given value before the body drew from them.
-        settled: RNGs whose first event in the body is known (a draw or a seed).
-    """
-
-    __slots__ = ("before", "seeded", "settled")
-
-    def __init__(self, before: dict[str, bytes]) -> None:
-        self.before = before
-        self.seeded: set[str] = set()
-        self.settled: set[str] = set()
-
-
-_local = threading.local()
-
-
-def _frames() -> list[Frame]:
-    frames = getattr(_local, "frames", None)
-    if frames is None:
-        frames = _local.frames = []
-    return frames
-
-
-def note_reset(names: Iterable[str], seeded: bool) -> None:
-    """An RNG of *names* is about to be seeded (*seeded*: with a given value) or set.
-
-    For every body in progress on this thread that has not met this RNG yet: if
-    the RNG is still in the state the body started from, nothing was drawn
-    before, and a given seed makes the start state irrelevant; otherwise the
-    body drew from it first and depends on where it started.
-    """
-    frames = _frames()
-    if not frames:
-        return
-    for name in names:
-        rng = _registry.get(name)
-        if rng is None:
-            continue
-        now: bytes | None = None
-        for frame in frames:
-            if name in frame.settled or name not in frame.before:
-                continue
-            frame.settled.add(name)
-            if not seeded:
-                continue
-            if now is None:
-                try:
-                    now = rng.get_state()
-                except Exception:
-                    now = b""
-            if now == frame.before[name]:
-                frame.seeded.add(name)
-
-
-def wrap_resets(module: Any, functions: Iterable[str], names: tuple[str, ...]) -> None:
-    """Wrap *module*'s seeding functions to call :func:`note_reset` first (once each)."""
-    for attr in functions:
-        original = getattr(module, attr, None)
-        if original is None or getattr(original, "_memostore_reset", False):
-            continue
-        setattr(module, attr, _reset_wrapper(original, names, attr))
-
-
-def _reset_wrapper(original: Any, names: tuple[str, ...], attr: str) -> Any:
-    entropy = attr in ("seed", "seed_all")  # seed() / seed(None) draws a seed from the OS
-
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        value = args[0] if args else kwargs.get("seed", kwargs.get("a"))
-        note_reset(names, seeded=not (entropy and value is None))
-        return original(*args, **kwargs)
-
-    wrapper._memostore_reset = True  # type: ignore[attr-defined]
-    return wrapper
 
 
 def register_rng(rng: GlobalRNG) -> None:
@@ -259,83 +233,35 @@ def register_rng(rng: GlobalRNG) -> None:
         _registry[rng.name] = rng
 
 
+def registered(load_codecs: bool = True) -> list[GlobalRNG]:
+    """Every registered RNG; *load_codecs*: codec packages' too, once their library is imported."""
+    if load_codecs:
+        load_codec_packages()
+    return list(_registry.values())
+
+
+def get(name: str) -> GlobalRNG | None:
+    return _registry.get(name)
+
+
 register_rng(PythonRNG())
 register_rng(NumpyRNG())
 
 
-def _load_codec_packages() -> None:
-    # torch's generators are registered by torch_codecs, which the codec registry
-    # loads lazily: load it now if torch is in use, so its RNG is never missed.
+def load_codec_packages() -> None:
+    """Load the codec packages if torch is in use, so that torch's RNGs are never missed.
+
+    torch's generators are registered by ``torch_codecs``, which the codec
+    registry loads lazily.
+    """
     if "torch" in sys.modules:
         from ..values.codecs import registry
 
         registry.load_entry_points()
 
 
-def capture() -> dict[str, bytes]:
-    """The state of every global RNG in use now."""
-    _load_codec_packages()
-    out: dict[str, bytes] = {}
-    for name, rng in list(_registry.items()):
-        if rng.in_use():
-            if name not in _watched:
-                _watched.add(name)
-                rng.watch_resets()
-            try:
-                out[name] = rng.get_state()
-            except Exception:
-                continue  # an RNG whose state cannot be read is not tracked
-    return out
-
-
-def begin() -> Frame:
-    """Start watching a body: the RNG states now, and the resets it will make."""
-    frame = Frame(capture())
-    _frames().append(frame)
-    return frame
-
-
-def end(frame: Frame) -> dict[str, tuple[str | None, bytes]]:
-    """Stop watching *frame*'s body: what it drew, see :func:`consumed`."""
-    frames = _frames()
-    if frame in frames:
-        frames.remove(frame)
-    return consumed(frame.before, capture(), frame.seeded)
-
-
 def state_digest(name: str, state: bytes) -> str:
     return digest_bytes(RNG_PREFIX + name.encode() + b"\n" + state)
-
-
-def consumed(
-    before: dict[str, bytes],
-    after: dict[str, bytes],
-    seeded: set[str] | frozenset[str] = frozenset(),
-) -> dict[str, tuple[str | None, bytes]]:
-    """RNG name -> (digest of the state drawn from, state left) for each RNG that moved.
-
-    The digest is None for an RNG the body seeded before drawing from it.
-    """
-    return {
-        name: (None if name in seeded else state_digest(name, state), after[name])
-        for name, state in before.items()
-        if name in after and after[name] != state
-    }
-
-
-def current_digests(names: Iterable[str]) -> dict[str, str] | None:
-    """The digest of each named RNG's state now; None if one of them is not in use."""
-    _load_codec_packages()
-    out: dict[str, str] = {}
-    for name in names:
-        rng = _registry.get(name)
-        if rng is None or not rng.in_use():
-            return None
-        try:
-            out[name] = state_digest(name, rng.get_state())
-        except Exception:
-            return None
-    return out
 
 
 def condition_key(digests: dict[str, str]) -> str:
@@ -343,15 +269,15 @@ def condition_key(digests: dict[str, str]) -> str:
     return digest_bytes(RNG_PREFIX + canonical_json(digests))
 
 
-def restore(states: dict[str, bytes]) -> None:
-    """Set each named RNG to its state (as the miss left it).
-
-    To a body in progress around this call (a hit inside a miss), this is a
-    draw, not a seed: the state set depends on the one the hit started from.
-    """
-    _load_codec_packages()
-    note_reset(states, seeded=False)
-    for name, state in states.items():
-        rng = _registry.get(name)
-        if rng is not None:
-            rng.set_state(state)
+def read_states(names: Iterable[str] | None = None) -> dict[str, bytes]:
+    """The state of each named RNG (default: every one) that is in use and readable."""
+    out: dict[str, bytes] = {}
+    rngs = registered() if names is None else [_registry.get(n) for n in names]
+    for rng in rngs:
+        if rng is None or not rng.in_use():
+            continue
+        try:
+            out[rng.name] = rng.get_state()
+        except Exception:
+            continue  # an RNG whose state cannot be read is not tracked
+    return out

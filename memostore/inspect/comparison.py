@@ -169,7 +169,12 @@ def _doc_summary(differ: NodeDiffer, doc_id: str | None) -> Any:
 def rng_changes(
     rng_a: Mapping[str, Any] | None, rng_b: Mapping[str, Any] | None
 ) -> dict[str, dict[str, Any]]:
-    """{name: {"a", "b", "before_same", "after_same"}} for global RNGs recorded differently."""
+    """{name: {"a", "b", "before_same", "after_same", "seeded"}} for RNGs recorded differently.
+
+    ``seeded`` is whether either call had seeded the RNG (None when neither
+    record says): two runs from different start states of an RNG seeded in
+    neither are interchangeable answers to an unseeded call.
+    """
     rng_a, rng_b = dict(rng_a or {}), dict(rng_b or {})
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(set(rng_a) | set(rng_b)):
@@ -178,11 +183,13 @@ def rng_changes(
             continue
         a_map = a if isinstance(a, Mapping) else {}
         b_map = b if isinstance(b, Mapping) else {}
+        flags = [m.get("seeded") for m in (a_map, b_map) if isinstance(m.get("seeded"), bool)]
         out[name] = {
             "a": a,
             "b": b,
             "before_same": a_map.get("before") == b_map.get("before") and a is not None,
             "after_same": a_map.get("after") == b_map.get("after") and a is not None,
+            "seeded": any(flags) if flags else None,
         }
     return out
 

@@ -137,10 +137,14 @@ def effects_record(
 
 
 def rng_record(store: Store, rng: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The global RNGs the body drew from: {name: {"before", "after", "bytes"}}.
+    """The global RNGs the body drew from: {name: {"before", "after", "bytes", "seeded", "leaves"}}.
 
-    ``before`` digests the state the body started from (a hit needs the same),
-    ``after`` is the blob of the state it left (a hit sets it), ``bytes`` its size.
+    ``before`` digests the state the body started from (None: the body seeded
+    the RNG first), ``after`` is the blob of the state it left (a hit sets it),
+    ``bytes`` its size; ``seeded`` says whether the program had seeded the RNG
+    at the call (a seeded call hits only from ``before``, an unseeded one is
+    served this run from any state; None in records made before lineages were
+    kept), ``leaves`` the lineage the body's own seeding left it in (or None).
     """
     if not isinstance(rng, Mapping):
         return {}
@@ -155,8 +159,18 @@ def rng_record(store: Store, rng: Mapping[str, Any] | None) -> dict[str, dict[st
                 size = store.objects.size_of(after)
             except (MemostoreError, OSError):
                 size = None
-        out[str(name)] = {"before": entry.get("before"), "after": after, "bytes": size}
+        seeded = entry.get("seeded")
+        out[str(name)] = {
+            "before": entry.get("before"),
+            "after": after,
+            "bytes": size,
+            "seeded": seeded if isinstance(seeded, bool) else None,
+            "leaves": entry.get("leaves") if entry.get("leaves") in _LINEAGES else None,
+        }
     return out
+
+
+_LINEAGES = ("seeded", "unseeded")
 
 
 def children_of(

@@ -88,12 +88,7 @@ def why_miss(
             )
     else:
         _check_by_import(store, body, out, module, qualname)
-    consumed = sorted((body.get("rng") or {}).keys())
-    if consumed:
-        out["notes"].append(
-            f"the body drew from the global RNG(s) {', '.join(consumed)}: a call hits only "
-            "when they start in the recorded state (seeded as before)"
-        )
+    out["notes"] += rng_notes(body.get("rng"))
     if body.get("status") != "ok":
         out["reasons"].append(f"this evaluation did not succeed (status {body.get('status')})")
         out["verdict"] = "miss"
@@ -338,3 +333,31 @@ def _code_nodes(node: Any) -> Iterator[dict[str, Any]]:
             if item.get("$") == "code" and item.get("digest") and "module" in item:
                 yield item
             stack.extend(v for v in item.values() if isinstance(v, (list, dict)))
+
+
+def rng_notes(record: Mapping[str, Any] | None) -> list[str]:
+    """What the global RNGs a stored body drew from ask of a call, by their lineage then."""
+    seeded, unseeded, unknown = [], [], []
+    for name, entry in sorted((record or {}).items()):
+        if not isinstance(entry, Mapping) or not entry.get("before"):
+            continue  # seeded by the body before it drew: any start state
+        flag = entry.get("seeded")
+        (seeded if flag is True else unseeded if flag is False else unknown).append(name)
+    notes = []
+    if seeded:
+        notes.append(
+            f"the body drew from the seeded global RNG(s) {', '.join(seeded)}: a call hits only "
+            "from the recorded start state (seeded as before; else seeded: start state differs)"
+        )
+    if unseeded:
+        notes.append(
+            f"the body drew from the unseeded global RNG(s) {', '.join(unseeded)}: unseeded RNG: "
+            "served the stored run, whatever the start state of the call (with rng='exact', "
+            "only from the recorded one)"
+        )
+    if unknown:
+        notes.append(
+            f"the body drew from the global RNG(s) {', '.join(unknown)}: a call that seeded them "
+            "hits only from the recorded start state, an unseeded one from any"
+        )
+    return notes

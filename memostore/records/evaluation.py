@@ -24,7 +24,9 @@ An evaluation document's body (``docs/format.md``)::
     rebound    names of data globals the body bound to another object (absent if none)
     aliases    result path -> argument name, where the result is an argument itself
     rng        RNG name -> {"before": digest of the state the body started from,
-               "after": blob id of the state it left}, for global RNGs it drew from
+               "after": blob id of the state it left, "seeded": whether the program
+               had seeded it, "leaves": the lineage the body's seeding left}, for
+               global RNGs it drew from
 """
 
 from __future__ import annotations
