@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError
+from memostore.errors import DecodeError, EncodeError
 from memostore.values.codecs import Codec
 
 from .fingerprints import Fingerprint, fingerprint_or_none
@@ -192,6 +192,8 @@ def _decode_tree(
     }
     stored_hooks = dec.node(node["hooks"])
     state = dec.node(node["state"])
+    if type(state) is not dict or type(stored_hooks) is not dict:  # no decoded object's methods
+        raise DecodeError(f"the stored state of a {cls.__qualname__} is not a dict")
     state.update(restore_hooks(stored_hooks))
     state["_parameters"] = params
     state["_buffers"] = buffers
