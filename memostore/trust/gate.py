@@ -31,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..code.modules import is_user_module
 from ..errors import DecodeError, MalformedObject, StaleCode
 from .errors import UntrustedOrigin, refuse, warn_once
 from .families import ENV_STATE_FAMILIES, families
@@ -48,15 +49,23 @@ class TrustContext:
 
     Attributes:
         objects: the object database the value is read from.
+        code_digest: the digest of a function's or class's dependency closure
+            today (``memostore.code.deps``), against which references are pinned.
         load_codecs: loads every registered codec package (they register the
-            library code their values need as they load); the decoder passes its
-            codec registry's, so that the gate imports no codec machinery itself.
+            library code their values need as they load).
+
+    The decoder passes the last two in, so that the gate imports neither the
+    code scanner nor the codec machinery (both import values, which import it).
     """
 
     def __init__(
-        self, objects: BaseObjectStore, load_codecs: Callable[[], None] = lambda: None
+        self,
+        objects: BaseObjectStore,
+        code_digest: Callable[[Any], str],
+        load_codecs: Callable[[], None] = lambda: None,
     ) -> None:
         self.objects = objects
+        self.code_digest = code_digest
         self.load_codecs = load_codecs
         self._data_dirs: list[Path] | None = None
 
@@ -151,7 +160,7 @@ def allow_code(
     if obj is None:
         # e.g. "mymodule:os.system", or "mymodule:system" after `from os import system`.
         refuse(symbol, f"{qualname} is not a function or class that {module} defines", "")
-    _check_digest(symbol, obj, digest)
+    _check_digest(symbol, obj, digest, ctx)
     return _checked_use(symbol, obj, use, listed=False)
 
 
@@ -213,19 +222,15 @@ def find_current(module: str, qualname: str, ctx: TrustContext) -> Any | None:
         return None
 
 
-def _check_digest(symbol: str, obj: Any, digest: str | None) -> None:
+def _check_digest(symbol: str, obj: Any, digest: str | None, ctx: TrustContext) -> None:
     if not digest:
         refuse(symbol, "the stored reference to the user's code carries no digest", "")
-    from ..code.deps import code_info
-
-    current = code_info(obj).digest
+    current = ctx.code_digest(obj)
     if current != digest:
         raise StaleCode(symbol, str(digest), current)
 
 
 def _is_user_name(module: str) -> bool:
-    from ..code.deps import is_user_module
-
     return module == "__main__" or is_user_module(module)
 
 

@@ -85,7 +85,8 @@ def _is_user(module: str) -> bool:
     return mod is not None and is_user_module(mod)
 
 
-def _digest(obj: Any) -> str:
+def code_digest(obj: Any) -> str:
+    """The digest of *obj*'s dependency closure today (what a code node pins)."""
     from ..code.deps import code_info
 
     return code_info(obj).digest
@@ -127,9 +128,9 @@ def encode_code_ref(obj: Any, enc: Encoder) -> dict[str, Any]:
     node: dict[str, Any] = {"$": "code", "module": module, "qualname": qualname}
     if importable and module != "__main__":
         if user:
-            node["digest"] = _digest(obj)
+            node["digest"] = code_digest(obj)
         return node
-    digest = _digest(obj)
+    digest = code_digest(obj)
     node["digest"] = digest
     node["byvalue"] = True
     outer = _outer_pin(module, qualname)
@@ -153,7 +154,7 @@ def _outer_pin(module: str, qualname: str) -> dict[str, str] | None:
         outer = resolve(module, outer_qualname)
     except LookupError:
         return None
-    return {"qualname": outer_qualname, "digest": _digest(outer)}
+    return {"qualname": outer_qualname, "digest": code_digest(outer)}
 
 
 def decode_code_ref(node: dict[str, Any], dec: Decoder, use: str = gate.VALUE) -> Any:
@@ -185,7 +186,7 @@ def decode_code_ref(node: dict[str, Any], dec: Decoder, use: str = gate.VALUE) -
     # restored instance of a __main__ class is an instance of the script's class.
     current = gate.find_current(module, qualname, dec.trust)
     if current is not None:
-        current_digest = _digest(current)
+        current_digest = code_digest(current)
         if current_digest != digest:
             raise StaleCode(symbol, digest, current_digest)
         return gate.checked_use(symbol, current, use)
@@ -217,7 +218,7 @@ def _check_outer(module: str, qualname: str, outer: Any, dec: Decoder) -> None:
     if _LOCALS not in parts or ".".join(parts[: parts.index(_LOCALS)]) != outer["qualname"]:
         raise MalformedObject(f"the outer pin of {symbol} names {outer['qualname'][:80]!r}")
     defining = gate.find_current(module, outer["qualname"], dec.trust)
-    current_outer = None if defining is None else _digest(defining)
+    current_outer = None if defining is None else code_digest(defining)
     stored_outer = str(outer.get("digest"))
     if current_outer is not None and current_outer != stored_outer:
         raise StaleCode(f"{module}:{outer['qualname']}", stored_outer, current_outer)

@@ -112,8 +112,9 @@ class Decoder:
         """What the trust gate knows of this decoder's store."""
         if self._trust is None:
             from ..trust.gate import TrustContext
+            from .code_refs import code_digest
 
-            self._trust = TrustContext(self.objects, self.codecs.load_entry_points)
+            self._trust = TrustContext(self.objects, code_digest, self.codecs.load_entry_points)
         return self._trust
 
     # -- API for codecs ------------------------------------------------------------------
