@@ -17,8 +17,10 @@ import pytest
 
 from .labkit import Lab
 
+# VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across exec, so a child
+# of a large test process would report its parent's size.
 _RSS_RUNNER = """
-import resource, sys
+import sys
 from memostore_cli.main import cli
 try:
     cli.main(args=sys.argv[1:], prog_name="memostore")
@@ -26,7 +28,9 @@ except SystemExit as exc:
     code = exc.code
 else:
     code = 0
-print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+with open("/proc/self/status") as f:
+    peak = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+print("PEAK_RSS_KB", peak, file=sys.stderr)
 sys.exit(code if isinstance(code, int) else 1)
 """
 
