@@ -80,3 +80,20 @@ def test_a_planted_lease_holds_a_call_no_longer_than_its_own_expiry(
     # Single-flight through the remote stays on for every other call.
     assert not [w for w in warnings_in(proc.stderr) if "refused a single-flight" in w]
     assert len(warnings_in(proc.stderr)) <= 1, proc.stderr
+
+
+def test_no_bytes_make_a_lease_record_raise_or_claim_the_future() -> None:
+    import random
+
+    from memostore.remote.lease_records import is_stale, parse_record
+
+    rng = random.Random(27)
+    samples = [bytes(rng.randrange(256) for _ in range(rng.randrange(64))) for _ in range(300)]
+    samples += [json.dumps(v).encode() for v in ([], 1, "x", None, {"pid": True}, {"pid": -5})]
+    samples += list(RECORDS.values())
+    for raw in samples:
+        record = parse_record(raw)
+        assert is_stale(record, unchanged_for=3600.0)  # an hour unchanged: stale, always
+    planted = parse_record(RECORDS["this host, pid 1, a day ahead"])
+    assert planted is not None and planted.pid == 1
+    assert not is_stale(planted, unchanged_for=0.0)  # just seen: a live holder could renew it
