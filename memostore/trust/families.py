@@ -10,7 +10,7 @@ state, written into the instance without running any of the class's code
 stored arguments, and one that has restore code of its own (``__new__``,
 ``__setstate__``, ``__reduce__``, ``__reduce_ex__`` or ``__del__``, on
 itself or on a base the registry does not list) is refused all the same
-(``gate.restorable_from_state``).
+(``state.restorable_from_state``).
 
 Families are off until the user turns them on, by name:
 :func:`allow_state_family` or ``MEMOSTORE_STATE_FAMILIES`` (names separated by
