@@ -282,6 +282,10 @@ class CountingTransport(DirectoryTransport):
         self.calls.append("get_bytes")
         return super().get_bytes(name)
 
+    def get_bytes_at_most(self, name: str, limit: int) -> bytes:
+        self.calls.append("get_bytes")  # a bounded read (refs, FORMAT) is a read all the same
+        return super().get_bytes_at_most(name, limit)
+
     def list(self, prefix: str = ""):
         self.calls.append("list")
         return super().list(prefix)

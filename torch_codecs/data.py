@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from memostore.errors import DecodeError, EncodeError
+from memostore.errors import DecodeError, EncodeError, MemostoreError
 from memostore.odb.objects import canonical_json, digest_bytes
 from memostore.values.codecs import Codec
-from memostore.values.decoding import set_pickle_state
+from memostore.values.decoding import add_dict_items, add_list_items, write_state
 
 from .fingerprints import fingerprint_or_none
 from .summaries import summarize
@@ -130,22 +130,29 @@ class DatasetCodec(Codec):
         if "cls" in node:
             cls = dec.code(node["cls"])
             args = [dec.node(a) for a in node["args"]]
+            dec.check_inert(args, "an argument of __new__")
             ds = cls.__new__(cls, *args)
         else:
-            fn = dec.node(node["fn"])
+            # Called only if the gate lets it be (a registry callable or a class of the
+            # user's code), never a callable decoded from the value itself.
+            fn = dec.callee(node["fn"])
             args = [dec.node(a) for a in node["args"]]
+            dec.check_inert(args, "an argument of a call")
             try:
                 ds = fn(*args)
+            except MemostoreError:
+                raise
             except Exception as exc:
                 raise DecodeError(f"cannot rebuild a dataset with {fn!r}: {exc}") from exc
         if "listitems" in node:
-            for item in node["listitems"]:
-                ds.append(dec.node(item))
+            add_list_items(ds, [dec.node(item) for item in node["listitems"]])
         if "dictitems" in node:
-            for key, value in dec.node(node["dictitems"]).items():
-                ds[key] = value
+            items = dec.node(node["dictitems"])
+            if type(items) is not dict:
+                raise DecodeError("a stored dataset's dict items are not a dict")
+            add_dict_items(ds, list(items.items()))
         if "state" in node:
-            set_pickle_state(ds, dec.node(node["state"]))
+            write_state(ds, dec.node(node["state"]))
         return ds
 
     def fingerprint(self, ds: Any) -> Hashable | None:

@@ -73,10 +73,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# Every dtype of this torch by its stored name (aliases such as "float" included).
+_DTYPES = {name: d for name, d in vars(torch).items() if isinstance(d, torch.dtype)}
+_DTYPES.update({dtype_name(d): d for d in list(_DTYPES.values())})
+_MEMORY_FORMATS = {name: f for name, f in vars(torch).items() if isinstance(f, torch.memory_format)}
+
+
 def dtype_from_name(name: str) -> torch.dtype:
-    """The torch dtype a stored name denotes; ValueError when this torch lacks it."""
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
+    """The torch dtype a stored name denotes; ValueError when this torch lacks it.
+
+    Looked up in this torch's dtypes, never as an attribute of the torch module:
+    a stored name is data, and ``torch``'s module ``__getattr__`` imports
+    submodules by name (``"_dynamo"``).
+    """
+    dtype = _DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
         raise ValueError(
             f"this torch ({torch.__version__}) has no dtype {name!r}; "
             "restore the value with the torch version that stored it"
@@ -127,8 +138,10 @@ class MemoryFormatCodec(Codec):
         return {"name": str(fmt).removeprefix("torch.")}
 
     def decode(self, node: dict[str, Any], dec: Any) -> torch.memory_format:
-        fmt = getattr(torch, node["name"], None)
-        if not isinstance(fmt, torch.memory_format):
+        # A fixed table, never getattr(torch, name): that would import by stored name.
+        name = node["name"]
+        fmt = _MEMORY_FORMATS.get(name) if isinstance(name, str) else None
+        if fmt is None:
             raise DecodeError(f"this torch has no memory format {node['name']!r}")
         return fmt
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError, MalformedObject
+from memostore.errors import DecodeError, EncodeError, MalformedObject
 from memostore.odb.objects import canonical_json
 from memostore.values.codecs import Codec
 
@@ -273,6 +273,8 @@ def _decode_tree(
     }
     stored_hooks = dec.node(node["hooks"])
     state = dec.node(node["state"])
+    if type(state) is not dict or type(stored_hooks) is not dict:  # no decoded object's methods
+        raise DecodeError(f"the stored state of a {cls.__qualname__} is not a dict")
     state.update(restore_hooks(stored_hooks))
     state["_parameters"] = params
     state["_buffers"] = buffers

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from memostore.errors import DecodeError
 from memostore.values.codecs import Codec
 
 from .dtensor import is_shard
@@ -112,6 +113,9 @@ class OptimizerCodec(Codec):
             else:
                 params.append(bound[i])
         groups = dec.node(node["groups"])
+        # Plain lists and dicts only: no method of a decoded object runs here.
+        if type(groups) is not list or any(type(g) is not dict for g in groups):
+            raise DecodeError("the stored parameter groups are not a list of dicts")
         for group in groups:
             group["params"] = [params[i] for i in group["params"]]
         states = dec.node(node["state"])
@@ -120,8 +124,14 @@ class OptimizerCodec(Codec):
             if s is not None:
                 state[p] = s
         defaults = dec.node(node["defaults"])
-        full = dict(dec.node(node["extra"]))
-        full.update(restore_hooks(dec.node(node["hooks"])))
+        extra = dec.node(node["extra"])
+        if type(defaults) is not dict or type(extra) is not dict:
+            raise DecodeError("the stored defaults of an optimizer are not a dict")
+        full = dict(extra)
+        hooks = dec.node(node["hooks"])
+        if type(hooks) is not dict:
+            raise DecodeError("the stored hooks of an optimizer are not a dict")
+        full.update(restore_hooks(hooks))
         full.update(defaults=defaults, state=state, param_groups=groups)
         opt.__setstate__(full)
         if fresh:

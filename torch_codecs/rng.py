@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from memostore.effects.rng import GlobalRNG, SeedingFunction
+from memostore.errors import DecodeError
 from memostore.values.codecs import Codec
 
 from .exposure import raw_frombuffer, raw_numpy
@@ -46,6 +47,8 @@ class GeneratorCodec(Codec):
 
     def decode(self, node: dict[str, Any], dec: Any) -> torch.Generator:
         state = dec.node(node["state"])
+        if type(state) is not torch.Tensor:  # no method of a decoded object runs here
+            raise DecodeError("a stored generator's state is not a tensor")
         device = target_device(node["device"], dec)
         gen = torch.Generator(device=device)
         if device.type == torch.device(node["device"]).type:

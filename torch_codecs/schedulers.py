@@ -47,9 +47,11 @@ class SchedulerCodec(Codec):
         cls = dec.code(node["cls"])
         sched = cls.__new__(cls)
         sched.__dict__.update(dec.node(node["state"]))
-        rebuild = getattr(sched, "_init_scale_fn", None)
+        # From the class, never the instance: its dict is the stored state, and a
+        # callable planted there under this name would be called by decoding.
+        rebuild = getattr(cls, "_init_scale_fn", None)
         if callable(rebuild):
-            rebuild()
+            rebuild(sched)
         optimizer = sched.__dict__.get("optimizer")
         if isinstance(optimizer, torch.optim.Optimizer):
             track_step_calls(optimizer)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError, MemostoreWarning
+from memostore.errors import EncodeError, MalformedObject, MemostoreWarning
 from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
@@ -53,6 +53,8 @@ _COMPRESSED = {
     torch.sparse_bsr: ("crow_indices", "col_indices"),
     torch.sparse_bsc: ("ccol_indices", "row_indices"),
 }
+# Stored layout names (never looked up on the torch module: a name is data).
+_LAYOUTS = {str(layout).removeprefix("torch."): layout for layout in _COMPRESSED}
 
 
 class _Member:
@@ -206,6 +208,8 @@ class TensorCodec(Codec):
         if node.get("kind") == "param":
             t = torch.nn.Parameter(t, requires_grad=requires_grad)
         elif cls is not None:
+            if not issubclass(cls, torch.Tensor):
+                raise MalformedObject(f"a stored tensor names {cls!r} as its class")
             if issubclass(cls, torch.nn.Parameter):
                 t = torch.Tensor._make_subclass(cls, t, requires_grad)
             else:
@@ -282,15 +286,32 @@ def _decode_sparse(
     if node["layout"] == "sparse_coo":
         indices = dec.node(node["indices"])
         values = dec.node(node["values"])
+        # check_invariants: indices inside the shape, and a "coalesced" claim true (an
+        # index past the end would make to_dense() write out of bounds).
         return torch.sparse_coo_tensor(
-            indices, values, shape, dtype=dtype, device=device, is_coalesced=node["coalesced"]
+            indices,
+            values,
+            shape,
+            dtype=dtype,
+            device=device,
+            is_coalesced=bool(node["coalesced"]),
+            check_invariants=True,
         )
     compressed = dec.node(node["compressed"])
     plain = dec.node(node["plain"])
     values = dec.node(node["values"])
-    layout = getattr(torch, node["layout"])
+    layout = _LAYOUTS.get(node["layout"])
+    if layout not in _COMPRESSED:
+        raise MalformedObject(f"unknown sparse layout {str(node['layout'])[:40]!r}")
     return torch.sparse_compressed_tensor(
-        compressed, plain, values, shape, dtype=dtype, layout=layout, device=device
+        compressed,
+        plain,
+        values,
+        shape,
+        dtype=dtype,
+        layout=layout,
+        device=device,
+        check_invariants=True,
     )
 
 
@@ -303,12 +324,35 @@ def _decode_strided(
         return torch.empty(shape, dtype=dtype, device="meta")
     if "base" in data:
         base = _anchor(dec, data["base"], device)
+        storage = base.untyped_storage()
+        _check_view(storage.nbytes(), dtype.itemsize, data["offset"], shape, data["stride"])
         out = torch.empty(0, dtype=dtype, device=base.device)
-        return out.set_(base.untyped_storage(), data["offset"], shape, data["stride"])
+        return out.set_(storage, data["offset"], shape, data["stride"])
     if "k" in data:
         descr = {"k": data["k"], "blob": data["blob"], "dtype": node["dtype"], "shape": shape}
         return _anchor(dec, descr, device)
     return _to_device(read_tensor(dec, data["blob"], dtype, shape), device)
+
+
+def _check_view(nbytes: int, itemsize: int, offset: Any, shape: Any, stride: Any) -> None:
+    """Refuse a stored view that reaches outside its storage (``set_`` does not check).
+
+    A view is made with ``Tensor.set_``, which takes any offset and strides: a
+    crafted one would read and write memory past the storage. Sizes, strides
+    and the offset must be non-negative ints, and the last element in bounds.
+    """
+    dims = (shape, stride)
+    if not all(type(d) is list and all(type(n) is int and n >= 0 for n in d) for d in dims):
+        raise MalformedObject("a stored view has a malformed shape or stride")
+    if len(shape) != len(stride) or type(offset) is not int or offset < 0:
+        raise MalformedObject("a stored view has a malformed offset or stride")
+    if 0 in shape:
+        return
+    last = offset + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
+    if (last + 1) * itemsize > nbytes:
+        raise MalformedObject(
+            f"a stored view reaches byte {(last + 1) * itemsize} of a {nbytes}-byte storage"
+        )
 
 
 def _anchor(dec: Any, descr: dict[str, Any], device: torch.device) -> torch.Tensor:

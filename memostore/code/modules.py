@@ -27,6 +27,7 @@ __all__ = [
     "find_module_file",
     "is_user_module",
     "is_user_module_name",
+    "names_of",
     "python_digest",
 ]
 
@@ -76,6 +77,19 @@ def under_library_root(file: str) -> bool:
     except (OSError, RuntimeError):
         return False
     return any(path.is_relative_to(root) for root in _library_roots())
+
+
+def names_of(obj: Any) -> tuple[str, str]:
+    """(module, qualname) a function or class is known by; ValueError if it has none."""
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    module = getattr(obj, "__module__", None)
+    if module is None:
+        owner = getattr(obj, "__objclass__", None) or getattr(obj, "__self__", None)
+        owner_type = owner if isinstance(owner, type) else type(owner)
+        module = getattr(owner_type, "__module__", None) or "builtins"
+    if not qualname or not isinstance(qualname, str) or not isinstance(module, str):
+        raise ValueError(f"{obj!r} has no module and qualified name")
+    return module, qualname
 
 
 def is_user_module(module: ModuleType | str) -> bool:

@@ -15,7 +15,9 @@ computing it again right now), and one created or used within the grace period
 
 Order: least recently used first. The last use comes from the last-use log
 (:func:`memostore.lifecycle.last_use.load`); an evaluation absent from it was
-last used when it was created.
+last used when it was created. Every time is a local fact: an evaluation
+pulled from a remote counts as created when it arrived here (the store's
+origin journals), never by the start time its remote's writer recorded.
 """
 
 from __future__ import annotations
@@ -135,6 +137,20 @@ def _leased_calls(store: Store) -> set[str]:
     return calls
 
 
+def _date_pulled_by_arrival(store: Store, usage: StoreUsage) -> None:
+    """Date each pulled evaluation by when it arrived here, not by its recorded start.
+
+    A pulled evaluation's ``started`` is whatever the remote's writer wrote: a
+    record dated in the year 3000 would otherwise rank as the most recently
+    used, be protected as young forever, and push the user's own results out.
+    Its arrival is read from this store's origin journals (a local fact).
+    """
+    from ..trust.origins import arrival_times
+
+    for evaluation_id, arrived in arrival_times(store.objects, usage.evaluations).items():
+        usage.evaluations[evaluation_id].started = arrived
+
+
 def _last_used(store: Store, usage: StoreUsage) -> dict[str, float]:
     uses = last_use.load(store)
     out = {}
@@ -252,6 +268,7 @@ def _plan(
 ) -> tuple[EvictionReport, StoreUsage]:
     now = time.time() if now is None else now
     usage = compute_usage(store, progress=progress)
+    _date_pulled_by_arrival(store, usage)
     last = _last_used(store, usage)
     protected = protect(usage, last, _running_ids(store, usage), grace_s=grace_s, now=now)
     return choose(usage, policy, last, protected, now=now), usage

@@ -34,8 +34,10 @@ from __future__ import annotations
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from ..odb.leases import EXPIRES_S
+from ..remote.lease_records import LEASE_MAX_BYTES, parse_record
 from ..remote.lease_waiters import WAITING_SUFFIX
-from ..remote.leases import LEASES_PREFIX, _expires_s, _number, _parse
+from ..remote.leases import LEASES_PREFIX
 from ..transport import DirectoryTransport, NotFoundOnRemote, RemoteError, Transport
 
 _WAITING = WAITING_SUFFIX.rstrip("/")  # the marker directory's suffix: "<key>.waiting"
@@ -148,18 +150,21 @@ def counted(survey: LeaseSurvey) -> tuple[int, int]:
 def _read(transport: Transport, name: str) -> bytes | str | None:
     """The lease's content; None if absent; "unreadable" if the remote refused to say."""
     try:
-        return transport.get_bytes(name)
+        return transport.get_bytes_at_most(name, LEASE_MAX_BYTES)
     except NotFoundOnRemote:
         return None
-    except RemoteError:
+    except RemoteError:  # RemoteObjectTooLarge among them: judged by its age alone
         return "unreadable"
 
 
 def _is_stale(raw: bytes, modified: float | None, grace_s: float, now: float) -> bool:
     """Whether the holder of a lease whose content is *raw* has been silent too long."""
-    record = _parse(raw)  # None where the record is not readable JSON
-    silent_for = max(_expires_s(record), grace_s)
-    dates = [when for when in (_number(record, "heartbeat"), modified) if when is not None]
+    record = parse_record(raw)  # None where the record is not readable JSON
+    expires = record.expires_s if record is not None else EXPIRES_S
+    silent_for = max(expires, grace_s)
+    # A heartbeat in the future counts as now: the record is the remote writer's.
+    heartbeat = min(record.heartbeat, now) if record and record.heartbeat is not None else None
+    dates = [when for when in (heartbeat, modified) if when is not None]
     # Nothing dates it: kept, as a lease that may be held.
     return bool(dates) and all(now - when > silent_for for when in dates)
 

@@ -15,6 +15,12 @@ exact for every bit pattern, so NaN payloads, signed zeros and infinities
 come back unchanged. The encoding is a pure function of the array, so equal
 arrays give equal blobs and deterministic re-runs share them.
 
+Decoding trusts no declared size: a chunk may come from a remote whose writer
+made it a zlib bomb. A numeric column inflates to at most the ``8 * count``
+bytes its declared count needs, counts above ``COUNT_MAX`` are refused, and a
+JSON column inflates to at most ``JSON_INFLATE_RATIO`` times its compressed
+size (or ``JSON_MIN_LIMIT``); past that, the chunk is malformed.
+
 Nothing in this module performs I/O.
 """
 
@@ -37,6 +43,12 @@ _ZLIB_LEVEL = 6
 # compression pass per column.
 _SAMPLE = 4096
 _DTYPES = {"i8": np.dtype("<i8"), "f8": np.dtype("<f8")}
+# The most points one column of a chunk may declare (sealing writes at most 65,536).
+COUNT_MAX = 1 << 22
+# How far a JSON column (text, media metadata) may inflate: logged text compresses
+# well below this; a zlib bomb inflates about a thousandfold.
+JSON_INFLATE_RATIO = 64
+JSON_MIN_LIMIT = 64 << 20
 
 Column = np.ndarray | list[Any]
 
@@ -77,7 +89,7 @@ def _decode_numeric(data: bytes, kind: str, count: int, encoding: str) -> np.nda
         if len(data) != 8 * count:
             raise MalformedObject("column size does not match its count")
         return np.frombuffer(data, dtype).copy()
-    raw = zlib.decompress(data)
+    raw = inflate(data, 8 * count)
     if len(raw) != 8 * count:
         raise MalformedObject("column size does not match its count")
     u = _unshuffle(raw, count)
@@ -86,6 +98,15 @@ def _decode_numeric(data: bytes, kind: str, count: int, encoding: str) -> np.nda
     elif encoding != "shuffle-zlib":
         raise MalformedObject(f"unknown column encoding {encoding!r}")
     return u.view(dtype)
+
+
+def inflate(data: bytes, limit: int) -> bytes:
+    """zlib-decompress *data* to at most *limit* bytes; MalformedObject if it holds more."""
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(data, limit)
+    if inflater.unconsumed_tail or (not inflater.eof and inflater.decompress(b"", 1)):
+        raise MalformedObject(f"a compressed column inflates past the {limit} bytes it may")
+    return raw
 
 
 def encode_columns(columns: Mapping[str, tuple[str, Column]]) -> bytes:
@@ -132,12 +153,19 @@ def decode_columns(data: bytes) -> dict[str, Column]:
         for col in header:
             body = data[pos : pos + col["size"]]
             pos += col["size"]
+            count = col["count"]
+            if type(count) is not int or not 0 <= count <= COUNT_MAX:
+                raise MalformedObject(f"a column declares {str(count)[:20]} points")
             if col["type"] == "json":
-                raw = zlib.decompress(body) if col["encoding"] == "zlib" else body
-                out[col["name"]] = json.loads(raw)
+                limit = max(JSON_MIN_LIMIT, JSON_INFLATE_RATIO * len(body))
+                raw = inflate(body, limit) if col["encoding"] == "zlib" else body
+                values = json.loads(raw)
+                if type(values) is not list or len(values) != count:
+                    raise MalformedObject("a json column does not hold its count of values")
+                out[col["name"]] = values
             else:
-                out[col["name"]] = _decode_numeric(body, col["type"], col["count"], col["encoding"])
-    except (struct.error, KeyError, ValueError, zlib.error) as exc:
+                out[col["name"]] = _decode_numeric(body, col["type"], count, col["encoding"])
+    except (struct.error, KeyError, TypeError, ValueError, RecursionError, zlib.error) as exc:
         if isinstance(exc, MalformedObject):
             raise
         raise MalformedObject(f"damaged column chunk: {exc}") from exc

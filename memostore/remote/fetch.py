@@ -120,8 +120,14 @@ def auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
 
 def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None:
     # Imported here: the transports are only needed once a remote is configured.
-    from ..transport import RemoteUnreachable
+    from ..transport import RemoteObjectTooLarge, RemoteUnreachable
     from .sync import SyncReport, parse_ref, pull_refs, read_remote_ref, worker_pool
+
+    def read_ref() -> bytes | None:
+        try:
+            return read_remote_ref(transport, ref_name)
+        except RemoteObjectTooLarge:
+            return None  # a damaged ref of this call: a miss, the remote stays in use
 
     key = (remote.url, remote.endpoint)
     down = _down_since.get(key)
@@ -129,7 +135,7 @@ def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None
         return None
     try:
         transport = _transport(remote)
-        raw = _with_timeout(lambda: read_remote_ref(transport, ref_name), LOOKUP_TIMEOUT_S)
+        raw = _with_timeout(read_ref, LOOKUP_TIMEOUT_S)
     except Exception as exc:
         # Whatever keeps the lookup from answering (no network, no mount, no
         # credentials, no boto3) holds for every call: skip this remote a while.

@@ -20,11 +20,21 @@ in the first auto-fetch remote. Contract:
    :meth:`~memostore.transport.Transport.set_if_equals` (``If-Match`` on its
    ETag); a renewal that finds another content has lost the lease (it was
    taken over) and stops.
-3. A waiter judges the holder gone: on this host, once its pid is dead or
-   belongs to a later process; from another host, once the recorded heartbeat
-   is older than the recorded expiry by the waiter's clock, or the record has
-   not changed for that long as the waiter watched it (monotonic time, so a
-   clock running behind cannot keep a dead holder's lease alive).
+3. A waiter judges the holder gone once its pid is dead or belongs to a later
+   process (a holder the record places on this host), once the recorded
+   heartbeat is older than the recorded expiry by the waiter's clock, or once
+   the record has not changed for that long as this waiter watched it
+   (monotonic time, from when it first saw these very bytes). The record is
+   the remote's writer's, so nothing in it is trusted for time or liveness
+   (``lease_records.py``): a heartbeat in the future counts as now, the
+   recorded expiry may shorten the waiter's own (``odb.leases.EXPIRES_S``,
+   30 s) but never lengthen it, and a record naming this host and a live pid
+   (pid 1, say) is still judged by how long it stays unchanged. A record that
+   does not change therefore holds a waiter at most 30 s; only one rewritten
+   all along (a live holder's heartbeat) holds it longer, and
+   ``@memo(wait=SECONDS)`` bounds that. A record is read only up to
+   ``LEASE_MAX_BYTES``; a larger one, or one that is not a record, never
+   crashes the waiter nor turns single-flight off for other calls.
 4. A stale lease is taken over by ``set_if_equals(name, what was judged, new
    record)``: of several takers exactly one swaps; it reads back as in 1.
 5. A waiter, before it polls, *registers*: it writes a marker
@@ -95,6 +105,13 @@ from .fetch import (
     _warn_once,
     auto_fetch_remotes,
 )
+from .lease_records import (
+    LEASE_MAX_BYTES,
+    LeaseRecord,
+    is_stale,
+    parse_record,
+    past,
+)
 from .lease_waiters import Marker, delete_markers, list_markers
 
 if TYPE_CHECKING:
@@ -112,7 +129,6 @@ POLL_GROWTH = 1.5
 POLL_MAX_S = 0.25
 RETRY_AFTER_S = 300.0
 PUSH_JOBS = 8
-_EXPIRES_RANGE = (0.5, 24 * 3600.0)
 
 _lock = threading.Lock()
 _refused: dict[tuple[str, str | None], float] = {}
@@ -198,10 +214,10 @@ class RemoteLease:
             with self._lock:  # waits for a renewal in flight
                 pass
         try:
-            current = _parse(_read(self._transport, self._name))
+            current = parse_record(_read(self._transport, self._name))
             # Only our own record: a lease that replaced ours is another holder's, and
             # so are the markers its waiters wrote (they register again for it).
-            if current is None or current.get("id") != self.id:
+            if current is None or current.id != self.id:
                 return
             # The markers before the lease (the race note above): a waiter that goes on
             # waiting for a new holder registers with it only once this lease is gone.
@@ -291,8 +307,17 @@ def begin(
             return lease
         return _wait(store, remote, transport, ref, symbol, key, before, deadline, restore, say)
     except Exception as exc:
-        from ..transport import RemoteUnreachable
+        from ..transport import RemoteObjectTooLarge, RemoteUnreachable
 
+        if isinstance(exc, RemoteObjectTooLarge):
+            # This call's lease only (planted or damaged): the call computes here, and
+            # the remote's leases go on serving every other call.
+            _warn_once(
+                ("lease-size", where, ref),
+                f"the single-flight lease of {symbol} in remote {_label(remote)} is no lease "
+                f"record ({exc}); the call computes here without waiting",
+            )
+            return None
         if isinstance(exc, (RemoteUnreachable, TimeoutError)):
             _mark_down(where, remote, exc)
         else:
@@ -348,9 +373,10 @@ def _wait(
                     return lease
             else:
                 if seen is None or seen[0] != raw:
+                    # Staleness counts from when this waiter first saw these bytes.
                     seen = (raw, time.monotonic())
-                record = _parse(raw)
-                if _is_stale(record, time.monotonic() - seen[1]):
+                record = parse_record(raw)
+                if is_stale(record, time.monotonic() - seen[1]):
                     lease = _take_over(store, remote, transport, ref, symbol, key, before, raw)
                     if lease is not None:
                         say(symbol, key, f"{_holder(record)} {_gone(record, remote)}", here=True)
@@ -358,15 +384,16 @@ def _wait(
                         return _restored_or(lease, restore)
                     continue
                 # Before the first sleep: the sooner the holder can see us, the better.
-                marker.register(record.get("id") if record is not None else None)
+                marker.register(record.id if record is not None else None)
                 if record is not None and not said:
                     where = f"(through remote {remote.name or remote.url})"
                     what = f"waiting for {_holder(record)} {where}, computing"
-                    say(symbol, key, what, since=_number(record, "started"))
+                    say(symbol, key, what, since=past(record.started))
                     said = True
             if deadline is not None and time.monotonic() >= deadline:
                 waited = time.monotonic() - started
-                say(symbol, key, f"waited {waited:.0f} s for {_holder(_parse(raw))}", here=True)
+                holder = _holder(parse_record(raw))
+                say(symbol, key, f"waited {waited:.0f} s for {holder}", here=True)
                 return None
             left = None if deadline is None else max(deadline - time.monotonic(), 0)
             time.sleep(delay if left is None else min(delay, left))
@@ -462,74 +489,25 @@ def _encode(record: dict[str, Any]) -> bytes:
 
 
 def _read(transport: Transport, name: str) -> bytes | None:
+    """The lease's bytes, None when absent (RemoteObjectTooLarge past LEASE_MAX_BYTES)."""
     from ..transport import NotFoundOnRemote
 
     try:
-        return transport.get_bytes(name)
+        return transport.get_bytes_at_most(name, LEASE_MAX_BYTES)
     except NotFoundOnRemote:
         return None
 
 
-def _parse(raw: bytes | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        record = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _number(record: dict[str, Any] | None, field: str) -> float | None:
-    value = (record or {}).get(field)
-    if type(value) not in (int, float) or value != value:
-        return None
-    return float(value)
-
-
-def _expires_s(record: dict[str, Any] | None) -> float:
-    value = _number(record, "expires_s")
-    if value is None:
-        return local_leases.EXPIRES_S
-    # Clamped: a damaged record must not make every lease stale at once, nor none ever.
-    return min(max(value, _EXPIRES_RANGE[0]), _EXPIRES_RANGE[1])
-
-
-def _is_stale(record: dict[str, Any] | None, unchanged_for: float) -> bool:
-    """Whether the holder of a lease whose content is *record* is gone (point 3)."""
-    if (
-        record is not None
-        and record.get("host") == lockfile.HOST
-        and type(record.get("pid")) is int
-    ):
-        return _dead_here(record)
-    expires = _expires_s(record)
-    heartbeat = _number(record, "heartbeat")
-    late = heartbeat is not None and time.time() - heartbeat > expires
-    return late or unchanged_for > expires
-
-
-def _dead_here(record: dict[str, Any]) -> bool:
-    """True if the holder, a process of this host, is known to be gone."""
-    pid = record["pid"]
-    if not lockfile.pid_alive(pid):
-        return True
-    recorded = _number(record, "process_started")
-    now_started = lockfile.process_start_time(pid)
-    # /proc dates processes to the clock tick, from a boot time rounded to the second.
-    return recorded is not None and now_started is not None and abs(now_started - recorded) > 1.0
-
-
-def _holder(record: dict[str, Any] | None) -> str:
-    if record is None or type(record.get("pid")) is not int:
+def _holder(record: LeaseRecord | None) -> str:
+    if record is None or record.pid is None:
         return "an unknown holder (its lease has no readable record)"
-    return f"pid {record['pid']} on {record.get('host')}"
+    return f"pid {record.pid} on {record.host}"
 
 
-def _gone(record: dict[str, Any] | None, remote: RemoteConfig) -> str:
-    if record is not None and record.get("host") == lockfile.HOST:
+def _gone(record: LeaseRecord | None, remote: RemoteConfig) -> str:
+    if record is not None and record.host == lockfile.HOST:
         return "died while computing"
-    heartbeat = _number(record, "heartbeat")
+    heartbeat = past(record.heartbeat) if record is not None else None
     ago = f" ({time.time() - heartbeat:.0f} s ago)" if heartbeat is not None else ""
     return f"stopped its heartbeat in remote {remote.name or remote.url}{ago} while computing"
 

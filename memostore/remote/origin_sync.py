@@ -41,6 +41,11 @@ if TYPE_CHECKING:
 
 # (remote URL, journal name) -> its ids: remote journals are written once, never changed.
 _remote_journals: dict[tuple[str, str], frozenset[str]] = {}
+# The most bytes a remote's origin records are read for. A descriptor holds a URL,
+# an endpoint and a name; a journal 65 bytes per object one push sent (a million
+# objects: 65 MB). Bigger files are never read whole (docs/threat-model.md).
+DESCRIPTOR_MAX_BYTES = 64 << 10
+JOURNAL_MAX_BYTES = 128 << 20
 _lock = threading.Lock()
 
 
@@ -74,26 +79,32 @@ def remote_claims(transport: Transport, ids: set[str], pool: Executor) -> dict[s
     not read before by this process (none on a remote that holds only its own
     objects).
     """
-    from ..transport import NotFoundOnRemote
+    from ..transport import NotFoundOnRemote, RemoteObjectTooLarge
 
     names = list(transport.list(ORIGINS_DIR + "/"))
-    sources: dict[str, Source] = {}
+    descriptors: dict[str, str] = {}
     journals: list[tuple[str, str]] = []
     for name in names:
         rest = name[len(ORIGINS_DIR) + 1 :]
         if name.startswith(SOURCES_DIR + "/"):
             key, _, ext = name[len(SOURCES_DIR) + 1 :].partition(".")
             if ext == "json" and len(key) == KEY_HEX:
-                try:
-                    source = Source.from_bytes(transport.get_bytes(name))
-                except NotFoundOnRemote:
-                    continue
-                # A descriptor that does not match its key names nothing (its records
-                # are dropped: the objects are still the pulled remote's).
-                if source is not None and source.key == key:
-                    sources[key] = source
+                descriptors[key] = name
         elif name.endswith(".ids") and rest.count("/") == 1:
             journals.append((rest.split("/")[0], name))
+    sources: dict[str, Source] = {}
+    # Only the descriptors of sources some journal lists: each is one request.
+    for key in sorted({key for key, _ in journals} & descriptors.keys()):
+        try:
+            source = Source.from_bytes(
+                transport.get_bytes_at_most(descriptors[key], DESCRIPTOR_MAX_BYTES)
+            )
+        except (NotFoundOnRemote, RemoteObjectTooLarge):
+            continue  # no honest descriptor is that large: it names nothing
+        # A descriptor that does not match its key names nothing (its records
+        # are dropped: the objects are still the pulled remote's).
+        if source is not None and source.key == key:
+            sources[key] = source
     wanted = [(key, name) for key, name in journals if key in sources]
     contents = pool.map(lambda kn: _remote_journal(transport, kn[1]), wanted)
     claims: dict[str, set[Source]] = {}
@@ -112,7 +123,10 @@ def _remote_journal(transport: Transport, name: str) -> frozenset[str]:
     if cached is not None:
         return cached
     try:
-        ids = frozenset(parse_journal(transport.get_bytes(name)))
+        # Too large: RemoteObjectTooLarge fails the pull. Ignoring the journal would drop
+        # its claims, and an object a trusted remote holds for an untrusted one would
+        # then count as the trusted remote's own.
+        ids = frozenset(parse_journal(transport.get_bytes_at_most(name, JOURNAL_MAX_BYTES)))
     except NotFoundOnRemote:
         return frozenset()
     with _lock:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 from ..errors import MalformedObject, ObjectNotFound
 from ..odb.objects import Doc
-from ..transport import NotFoundOnRemote, UnsafeRemotePath
+from ..transport import NotFoundOnRemote, RemoteObjectTooLarge, UnsafeRemotePath
 from .transfer import CorruptRemoteObject
 from .walk import TransferPlan
 
@@ -27,6 +27,7 @@ REMOTE_DAMAGE = (
     MalformedObject,
     NotFoundOnRemote,
     ObjectNotFound,
+    RemoteObjectTooLarge,
     UnsafeRemotePath,
 )
 

@@ -41,6 +41,7 @@ from ..transport import (
     DirectoryTransport,
     NotFoundOnRemote,
     RemoteError,
+    RemoteObjectTooLarge,
     Transport,
     UnsafeRemotePath,
 )
@@ -67,6 +68,10 @@ if TYPE_CHECKING:
 DEFAULT_JOBS = 8
 REFS_PREFIX = "refs/"
 _CAS_ATTEMPTS = 8
+# The most bytes a remote's ref and FORMAT file are read for: a ref holds one id and
+# a newline (65 bytes), FORMAT one short line. Anything bigger is never read whole.
+REF_MAX_BYTES = 4096
+FORMAT_MAX_BYTES = 256
 
 
 @dataclass
@@ -120,8 +125,13 @@ def parse_ref(raw: bytes | None) -> str | None:
 
 
 def read_remote_ref(transport: Transport, name: str) -> bytes | None:
+    """A remote ref's bytes (None if absent), read only if they fit a ref.
+
+    Raises:
+        RemoteObjectTooLarge: the file holds more than ``REF_MAX_BYTES``.
+    """
     try:
-        return transport.get_bytes(REFS_PREFIX + name)
+        return transport.get_bytes_at_most(REFS_PREFIX + name, REF_MAX_BYTES)
     except NotFoundOnRemote:
         return None
 
@@ -135,7 +145,9 @@ def check_remote_format(transport: Transport, *, create: bool) -> None:
     from ..odb.store import FORMAT_LINE
 
     try:
-        raw = transport.get_bytes("FORMAT")
+        raw = transport.get_bytes_at_most("FORMAT", FORMAT_MAX_BYTES)
+    except RemoteObjectTooLarge as exc:
+        raise RemoteError(f"{transport.url} is not a memostore remote ({exc})") from None
     except NotFoundOnRemote:
         if not create:
             raise RemoteError(
@@ -373,6 +385,9 @@ def list_remote_refs(
         if isinstance(raw, UnsafeRemotePath):
             skipped[name] = "a symbolic link on the remote (never followed)"
             continue
+        if isinstance(raw, RemoteObjectTooLarge):
+            skipped[name] = f"damaged ref ({raw.size} bytes or more, never read)"
+            continue
         if raw is None:
             continue  # deleted since it was listed
         value = parse_ref(raw)
@@ -383,11 +398,13 @@ def list_remote_refs(
     return refs
 
 
-def _read_listed_ref(transport: Transport, name: str) -> bytes | UnsafeRemotePath | None:
-    # A planted link is that ref's problem, not the whole pull's.
+def _read_listed_ref(
+    transport: Transport, name: str
+) -> bytes | UnsafeRemotePath | RemoteObjectTooLarge | None:
+    # A planted link or a huge file is that ref's problem, not the whole pull's.
     try:
         return read_remote_ref(transport, name)
-    except UnsafeRemotePath as exc:
+    except (UnsafeRemotePath, RemoteObjectTooLarge) as exc:
         return exc
 
 
@@ -510,7 +527,7 @@ def _root_doc(read_doc: Callable[[str], Doc], object_id: str) -> Doc | str:
         return f"dangling: it names object {object_id}, which the remote does not have"
     except UnsafeRemotePath as exc:
         return f"its object {exc.name} is a symbolic link on the remote (never followed)"
-    except (CorruptRemoteObject, MalformedObject) as exc:
+    except (CorruptRemoteObject, MalformedObject, RemoteObjectTooLarge) as exc:
         return f"its object {object_id} is damaged on the remote ({exc})"
 
 

@@ -26,11 +26,15 @@ from typing import Any
 from ..errors import CorruptObject, MalformedObject, ObjectNotFound
 from ..odb.object_store import BaseObjectStore
 from ..odb.objects import Doc, digest_bytes, is_object_id
-from ..transport import RemoteError, Transport
+from ..transport import RemoteError, RemoteObjectTooLarge, Transport
 from .walk import TransferPlan, object_name
 
 # Objects up to this size are downloaded into memory; bigger ones are streamed to disk.
 SMALL_OBJECT = 8 << 20
+# The most bytes a document read from a remote may hold: documents are parsed in
+# memory, and one this large is far past anything memostore writes (a value's bulk
+# bytes are blobs). A bigger one is refused unread.
+DOC_MAX_BYTES = 256 << 20
 # Many presence checks at once: list the fan-out directories instead (S3 only).
 LIST_THRESHOLD = 1024
 
@@ -157,8 +161,12 @@ def local_presence(objects: BaseObjectStore) -> Callable[[list[str]], set[str]]:
 
 # -- reading documents ---------------------------------------------------------------------
 def read_remote_doc(transport: Transport, object_id: str) -> Doc:
-    """A document from the remote, verified against its id, parsed (never decoded)."""
-    data = transport.get_bytes(object_name(object_id))
+    """A document from the remote, verified against its id, parsed (never decoded).
+
+    Raises:
+        RemoteObjectTooLarge: it holds more than ``DOC_MAX_BYTES`` (never read).
+    """
+    data = transport.get_bytes_at_most(object_name(object_id), DOC_MAX_BYTES)
     actual = digest_bytes(data)
     if actual != object_id:
         raise CorruptRemoteObject(object_id, actual, transport.url)
@@ -208,7 +216,13 @@ def download(
     elif size > SMALL_OBJECT and hasattr(objects, "add_downloaded"):
         return _download_large(objects, transport, object_id)
     else:
-        data = transport.get_bytes(object_name(object_id))
+        try:
+            # *size* is what the remote said a moment ago: read no more than it allows.
+            data = transport.get_bytes_at_most(object_name(object_id), SMALL_OBJECT)
+        except RemoteObjectTooLarge:
+            if not hasattr(objects, "add_downloaded"):
+                raise
+            return _download_large(objects, transport, object_id)
         actual = digest_bytes(data)
         if actual != object_id:
             raise CorruptRemoteObject(object_id, actual, transport.url)

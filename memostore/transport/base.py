@@ -27,6 +27,7 @@ __all__ = [
     "InvalidRemoteName",
     "NotFoundOnRemote",
     "RemoteError",
+    "RemoteObjectTooLarge",
     "RemoteUnreachable",
     "Transport",
     "validate_name",
@@ -49,6 +50,27 @@ class NotFoundOnRemote(RemoteError, KeyError):
 
     def __str__(self) -> str:
         return f"{self.name} does not exist on remote {self.url}"
+
+
+class RemoteObjectTooLarge(RemoteError, ValueError):
+    """A name on the remote holds more bytes than its kind ever needs; it was not read.
+
+    Attributes:
+        name: the name.
+        url: the remote's URL.
+        size: its size, as far as it was seen (at least ``limit + 1``).
+        limit: the most bytes a file of its kind may hold.
+    """
+
+    def __init__(self, name: str, url: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{name} on remote {url} holds {size} bytes or more, more than the {limit} a file "
+            "of its kind ever needs; it was not read (whoever writes the remote can fix it)"
+        )
+        self.name = name
+        self.url = url
+        self.size = size
+        self.limit = limit
 
 
 class RemoteUnreachable(RemoteError, ConnectionError):
@@ -203,6 +225,29 @@ class Transport(ABC):
             NotFoundOnRemote: *name* does not exist (also a ``KeyError``).
         """
 
+    def get_bytes_at_most(self, name: str, limit: int) -> bytes:
+        """The content of *name*, if it holds at most *limit* bytes.
+
+        For the small files a remote's writer controls (refs, leases, origin
+        records): the size is checked before the content is read, and no more
+        than ``limit + 1`` bytes are ever held. This default asks :meth:`stat`
+        first; every transport of this package overrides it to check and read
+        through one handle.
+
+        Raises:
+            NotFoundOnRemote: *name* does not exist.
+            RemoteObjectTooLarge: it holds more than *limit* bytes.
+        """
+        size = self.stat(name)
+        if size is None:
+            raise NotFoundOnRemote(name, self.url)
+        if size > limit:
+            raise RemoteObjectTooLarge(name, self.url, size, limit)
+        data = self.get_bytes(name)
+        if len(data) > limit:
+            raise RemoteObjectTooLarge(name, self.url, len(data), limit)
+        return data
+
     @abstractmethod
     def get_file(self, name: str, dest: Path) -> None:
         """Download *name* to the local path *dest*, streaming.
@@ -261,8 +306,10 @@ class Transport(ABC):
         delete; one that cannot should say so where it is documented.
         """
         try:
-            current = self.get_bytes(name)
+            current = self.get_bytes_at_most(name, len(old))
         except NotFoundOnRemote:
+            return False
+        except RemoteObjectTooLarge:
             return False
         if current != old:
             return False

@@ -49,6 +49,7 @@ from .base import (
     Listed,
     NotFoundOnRemote,
     RemoteError,
+    RemoteObjectTooLarge,
     RemoteUnreachable,
     Transport,
     as_bytes_or_path,
@@ -327,6 +328,17 @@ class DirectoryTransport(Transport):
         with self._os_errors("reading", name), self._reading(name) as fd:
             return _read_all(fd)
 
+    def get_bytes_at_most(self, name: str, limit: int) -> bytes:
+        validate_name(name)
+        with self._os_errors("reading", name), self._reading(name) as fd:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise RemoteObjectTooLarge(name, self.url, size, limit)
+            data = _read_all(fd, limit + 1)  # the file may grow after fstat
+        if len(data) > limit:
+            raise RemoteObjectTooLarge(name, self.url, len(data), limit)
+        return data
+
     def get_file(self, name: str, dest: Path) -> None:
         validate_name(name)
         dest = Path(dest)
@@ -514,7 +526,7 @@ class DirectoryTransport(Transport):
         # vanished directory would keep the lock's creator retrying.
         tmp = self._write_temp(fd, leaf, new)
         try:
-            with self._ref_locked(name, fd, leaf, "update") as current:
+            with self._ref_locked(name, fd, leaf, "update", _compare_limit(old)) as current:
                 if current != old:
                     return False
                 # A temporary file of our own, not LockFile.commit(): the lock file
@@ -543,7 +555,7 @@ class DirectoryTransport(Transport):
         # An empty file of ours keeps the directory while the lock is taken (as in _swap).
         keep = self._write_temp(fd, leaf, b"")
         try:
-            with self._ref_locked(name, fd, leaf, "delete") as current:
+            with self._ref_locked(name, fd, leaf, "delete", _compare_limit(old)) as current:
                 if current != old:
                     return False
                 os.unlink(leaf, dir_fd=fd)
@@ -554,9 +566,13 @@ class DirectoryTransport(Transport):
                 os.unlink(keep, dir_fd=fd)
 
     @contextlib.contextmanager
-    def _ref_locked(self, name: str, fd: int, leaf: str, action: str) -> Iterator[bytes | None]:
+    def _ref_locked(
+        self, name: str, fd: int, leaf: str, action: str, limit: int
+    ) -> Iterator[bytes | None]:
         """Hold the lock of ref *leaf* in directory *fd*; yield its content then (None
-        when it does not exist). Only writers holding the lock change the file."""
+        when it does not exist), at most ``limit + 1`` bytes of it: enough to compare
+        it with content *limit* bytes long, never a whole planted file. Only writers
+        holding the lock change the file."""
         # The lock protocol takes paths: one through the descriptor, so that a link
         # swapped in above the ref cannot move the lock (or the ref) elsewhere.
         through_fd = proc_path(fd, leaf)
@@ -577,7 +593,7 @@ class DirectoryTransport(Transport):
                 current: bytes | None = None
             else:
                 try:
-                    current = _read_all(rfd)
+                    current = _read_all(rfd, limit + 1)
                 finally:
                     os.close(rfd)
             yield current
@@ -585,8 +601,20 @@ class DirectoryTransport(Transport):
             lock.release()
 
 
-def _read_all(fd: int) -> bytes:
+def _read_all(fd: int, limit: int | None = None) -> bytes:
+    """The file's bytes from the current offset; at most *limit* of them, if given."""
     chunks = []
-    while chunk := os.read(fd, _READ_CHUNK):
+    left = limit
+    while left is None or left > 0:
+        chunk = os.read(fd, _READ_CHUNK if left is None else min(_READ_CHUNK, left))
+        if not chunk:
+            break
         chunks.append(chunk)
+        if left is not None:
+            left -= len(chunk)
     return b"".join(chunks)
+
+
+def _compare_limit(old: bytes | None) -> int:
+    """How many bytes of a file must be read to compare it with *old*."""
+    return 0 if old is None else len(old)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .base import (
     NotFoundOnRemote,
+    RemoteObjectTooLarge,
     Transport,
     as_bytes_or_path,
     local_file,
@@ -76,6 +77,12 @@ class MemoryTransport(Transport):
                 return self._files[name]
             except KeyError:
                 raise NotFoundOnRemote(name, self.url) from None
+
+    def get_bytes_at_most(self, name: str, limit: int) -> bytes:
+        data = self.get_bytes(name)
+        if len(data) > limit:
+            raise RemoteObjectTooLarge(name, self.url, len(data), limit)
+        return data
 
     def get_file(self, name: str, dest: Path) -> None:
         data = self.get_bytes(name)

@@ -1,8 +1,22 @@
-"""Refusals of the decoding gate: a stored value names code memostore will not run."""
+"""Refusals of the decoding gate: a stored value names code memostore will not run.
+
+:func:`refuse` warns once per symbol and process, then raises
+:class:`UntrustedCode`; every part of the gate refuses through it, so that a
+memo hit meeting the same value again is a quiet miss.
+"""
 
 from __future__ import annotations
 
-from ..errors import DecodeError, StaleCode
+import sys
+import threading
+import warnings
+from typing import Any, NoReturn
+
+from ..errors import DecodeError, MemostoreWarning, StaleCode
+
+_warned: set[Any] = set()
+_lock = threading.Lock()
+_OUR_PACKAGES = frozenset({"memostore", "torch_codecs"})
 
 
 class UntrustedCode(StaleCode):
@@ -38,3 +52,40 @@ class UntrustedOrigin(UntrustedCode):
         super().__init__(symbol, message, fix)
         self.source = source
         self.remote = remote
+
+
+def refuse(symbol: str, why: str, fix: str, what: str = "code") -> NoReturn:
+    """Warn once per symbol and process, then raise UntrustedCode."""
+    needs = "holds the module" if what == "module" else "needs"
+    message = (
+        f"a stored value {needs} {symbol}, which memostore does not run to restore a value "
+        f"({why}); the stored result is not used"
+    )
+    if fix:
+        message += f". {fix[0].upper()}{fix[1:]}"
+    warn_once((what, symbol), message)
+    raise UntrustedCode(symbol, message, fix)
+
+
+def warn_once(key: Any, message: str) -> None:
+    """One MemostoreWarning per *key* and process, attributed to the user's call."""
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside memostore and its codecs: the user's call."""
+    frame = sys._getframe(2)  # the caller of warn_once, which calls warnings.warn
+    level = 2
+    while frame.f_back is not None and _is_ours(frame):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _is_ours(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and name.partition(".")[0] in _OUR_PACKAGES

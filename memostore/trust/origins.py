@@ -409,6 +409,43 @@ def origins_of(objects: BaseObjectStore, object_id: str) -> set[Source]:
     }
 
 
+def arrival_times(objects: BaseObjectStore, object_ids: Iterable[str]) -> dict[str, float]:
+    """When each of *object_ids* that came from a remote arrived here (Unix time).
+
+    Read from this store's own journals, whose names carry the time this
+    machine recorded the pull (:func:`journal_name`): a local fact, unlike
+    anything the remote's writer recorded in the objects. The earliest journal
+    naming an object counts (gc rewrites a journal under a later name). Objects
+    this store wrote itself are absent from the answer.
+    """
+    root = getattr(objects, "root", None)
+    if not isinstance(root, Path):
+        return {}
+    wanted = [i for i in object_ids if is_object_id(i)]
+    out: dict[str, float] = {}
+    for key in recorded_sources(root):
+        directory = root / ORIGINS_DIR / key
+        _journals_of(directory)
+        cached = _journals.get(directory)
+        for name, journal in (cached[1] if cached is not None else {}).items():
+            when = _journal_time(directory / name)
+            for object_id in wanted:
+                if object_id in journal and when < out.get(object_id, float("inf")):
+                    out[object_id] = when
+    return out
+
+
+def _journal_time(path: Path) -> float:
+    """When this machine wrote the journal at *path*: its name's stamp, else its mtime."""
+    stamp = path.name.partition("-")[0]
+    if len(stamp) == 20 and stamp.isdigit():
+        return int(stamp) / 1e9
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
 def sources_of_records(objects: BaseObjectStore) -> list[Source]:
     """Every source recorded in the store of *objects* (for its data directories)."""
     root = getattr(objects, "root", None)

@@ -299,8 +299,10 @@ safe_globals = SafeGlobals()
 
 
 def get_safe_globals() -> list[str]:
-    """What restoring may call besides the user's code: names, prefixes and rules."""
-    return safe_globals.describe()
+    """What restoring may use besides the user's code: names, prefixes, rules, families."""
+    from .families import families
+
+    return safe_globals.describe() + families.describe()
 
 
 def add_safe_globals(entries: Iterable[Any]) -> None:

@@ -7,14 +7,26 @@ objects through :attr:`Decoder.session` and :meth:`Decoder.after`.
 
 A stored value is data: every function, class and module it names goes
 through one gate (``memostore/trust/gate.py``: :meth:`Decoder.code` for code
-references, :func:`_module` for modules), and a document that does not decode,
-whatever the reason, raises :class:`DecodeError` (a miss for a memo hit).
+references, :meth:`Decoder.callee` for what a ``reduce`` node calls,
+:func:`_module` for modules), and a document that does not decode, whatever
+the reason, raises :class:`DecodeError` (a miss for a memo hit).
+
+Decoding calls only what the gate allows to be called (a registry callable or
+a class of the user's code, named by a code node: never an object decoded
+from the value). State is *written*: an instance gets its state through its
+instance dict and its class's own slot descriptors; a ``__setstate__``, a
+list's ``extend`` or a dict's ``__setitem__`` runs only where the class that
+defines it is the user's code or listed in the registry
+(:func:`write_state`, :func:`add_list_items`, :func:`add_dict_items`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copyreg
+import enum
 import re
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError, MalformedObject, MemostoreError
 from ..odb.objects import KIND_VALUE
+from ..trust.state import enum_by_value
 from .codecs import CodecRegistry, registry
 
 if TYPE_CHECKING:
@@ -66,12 +79,18 @@ class Decoder:
         self._frames: list[_Frame] = []
         self._after: list[Callable[[], None]] = []
         self._trust: TrustContext | None = None
+        self._roots: list[str] = []  # what the caller asked for (see TrustContext.roots)
+        # Classes made from their state alone (an enabled family's): none of their
+        # code may run while decoding, so their instances are never hashed or
+        # handed to a callee.
+        self._state_only: set[type] = set()
 
     # -- entry points ----------------------------------------------------------------
     def decode_value(self, doc_id: str) -> Any:
         """The value a value document encodes, as fresh objects."""
         if self._frames:
             return self._decode_doc(doc_id)
+        self._roots.append(doc_id)
         with _as_decode_error(doc_id):
             obj = self._decode_doc(doc_id)
             while self._after:
@@ -80,6 +99,7 @@ class Decoder:
 
     def decode_mapping(self, doc_id: str) -> list[tuple[str, Any]]:
         """The (name, value) pairs of an arguments document."""
+        self._roots.append(doc_id)
         node = self._doc_node(doc_id)
         if not isinstance(node, dict) or node.get("$") != "args":
             raise MalformedObject(f"object {doc_id} is not an arguments document")
@@ -95,8 +115,11 @@ class Decoder:
         """What the trust gate knows of this decoder's store."""
         if self._trust is None:
             from ..trust.gate import TrustContext
+            from .code_refs import code_digest
 
-            self._trust = TrustContext(self.objects)
+            self._trust = TrustContext(
+                self.objects, code_digest, self.codecs.load_entry_points, self._roots
+            )
         return self._trust
 
     # -- API for codecs ------------------------------------------------------------------
@@ -152,15 +175,58 @@ class Decoder:
     def code(self, node: dict[str, Any], instantiate: bool = True) -> Any:
         """The function or class a code node names, through the trust gate.
 
-        *instantiate*: the class is only made by ``__new__`` and given its stored
-        state (``object`` nodes, codecs), never called with stored arguments, so a
-        library class that runs none of its own code to be restored may be used
-        (``trust/gate.py``). A code node standing as a value, or as the function of
-        a ``reduce`` node, is decoded with ``instantiate=False``.
+        *instantiate*: the class is made by ``__new__`` and given its stored
+        state (``object`` nodes, codecs), never called with stored arguments, so
+        a class of a family the user enabled may be used (``trust/families.py``);
+        the result is always a class. A code node standing as a value is decoded
+        with ``instantiate=False``; what a ``reduce`` node calls goes through
+        :meth:`callee`.
         """
+        from ..trust.gate import STATE, VALUE
+        from ..trust.state import vouches_for
         from .code_refs import decode_code_ref
 
-        return decode_code_ref(node, self, instantiate)
+        if not instantiate:
+            return decode_code_ref(node, self, VALUE)
+        cls = decode_code_ref(node, self, STATE)
+        if not vouches_for(cls):
+            self._state_only.add(cls)
+        return cls
+
+    def callee(self, node: Any) -> Any:
+        """What a ``reduce`` or ``setstate`` node calls: a code node the gate lets be called.
+
+        Never an object decoded from the value (an instance, a partial, a
+        restored function): only a registry callable or a class of the user's
+        code, named by a code node (``trust/gate.py``, ``CALL``).
+        """
+        from ..trust.gate import CALL
+        from .code_refs import decode_code_ref
+
+        if not isinstance(node, dict) or node.get("$") != "code":
+            from ..trust.errors import refuse
+
+            tag = node.get("$") if isinstance(node, dict) else type(node).__name__
+            refuse(
+                f"the result of a {str(tag)[:40]!r} node, as a function",
+                "restoring calls only registered constructors and classes, named by code "
+                "references, never an object decoded from the value",
+                "",
+            )
+        return decode_code_ref(node, self, CALL)
+
+    def check_inert(self, values: Any, what: str) -> None:
+        """Refuse *values* (an iterable) holding an object made from state alone.
+
+        Such an object's methods (its ``__hash__``, ``__iter__``, ``__index__``,
+        ...) are library code that restoring must not run: it may not be hashed
+        (a dict key, a set element) nor handed to a callee.
+        """
+        if self._state_only and _holds(values, self._state_only):
+            raise DecodeError(
+                f"a stored value uses an object restored from its state alone as {what}; "
+                "that would run the object's own code"
+            )
 
     # -- internals -------------------------------------------------------------------
     def _doc_node(self, doc_id: str) -> Any:
@@ -217,22 +283,31 @@ def _dict(dec: Decoder, node: dict[str, Any]) -> dict[Any, Any]:
     out: dict[Any, Any] = {} if node["$"] == "dict" else OrderedDict()
     dec._label(node, out)
     for key, value in node["items"]:
-        out[dec.node(key)] = dec.node(value)
+        k = dec.node(key)
+        dec.check_inert((k,), "a dict key")
+        out[k] = dec.node(value)
     return out
 
 
 def _set(dec: Decoder, node: dict[str, Any]) -> set[Any]:
     out: set[Any] = set()
     dec._label(node, out)
-    out.update(dec.node(x) for x in node["items"])
+    items = [dec.node(x) for x in node["items"]]
+    dec.check_inert(items, "a set element")
+    out.update(items)
     return out
+
+
+def _frozenset(dec: Decoder, node: dict[str, Any]) -> frozenset[Any]:
+    items = [dec.node(x) for x in node["items"]]
+    dec.check_inert(items, "a set element")
+    return frozenset(items)
 
 
 def _object(dec: Decoder, node: dict[str, Any]) -> Any:
     cls = dec.code(node["cls"])
-    if not isinstance(cls, type):
-        raise MalformedObject(f"an object node names {cls!r}, which is not a class")
     args = [dec.node(a) for a in node["args"]]
+    dec.check_inert(args, "an argument of __new__")
     obj = cls.__new__(cls, *args)
     dec._label(node, obj)
     _apply_state(dec, node, obj)
@@ -240,10 +315,17 @@ def _object(dec: Decoder, node: dict[str, Any]) -> Any:
 
 
 def _reduce(dec: Decoder, node: dict[str, Any]) -> Any:
-    fn = dec.node(node["fn"])
-    args = [dec.node(a) for a in node["args"]]
+    fn = dec.callee(node["fn"])
+    raw = node["args"]
+    if type(raw) is not list:
+        raise MalformedObject("the arguments of a reduce node are not a list")
     try:
-        obj = fn(*args)
+        if fn is copyreg.__newobj__ or fn is copyreg.__newobj_ex__ or fn is copyreg._reconstructor:
+            obj = _reconstruct(dec, fn, raw)
+        else:
+            args = [dec.node(a) for a in raw]
+            dec.check_inert(args, "an argument of a call")
+            obj = enum_by_value(fn, args) if isinstance(fn, enum.EnumMeta) else fn(*args)
     except MemostoreError:
         raise  # the gate's refusals (UntrustedCode) keep their own message
     except Exception as exc:
@@ -253,41 +335,196 @@ def _reduce(dec: Decoder, node: dict[str, Any]) -> Any:
     return obj
 
 
+def _reconstruct(dec: Decoder, fn: Any, raw: list[Any]) -> Any:
+    """pickle's reconstructors, with the class they make checked as an ``object`` node's is.
+
+    ``copyreg.__newobj__(cls, *args)``, ``__newobj_ex__(cls, args, kwargs)`` and
+    ``_reconstructor(cls, base, state)`` call methods of their first
+    arguments: each must be a code node of a class restoring may make.
+    """
+    if not raw or not _is_code_node(raw[0]):
+        raise DecodeError(f"{fn.__qualname__} is given no class to make")
+    cls = dec.code(raw[0])
+    if fn is copyreg.__newobj__:
+        args = [dec.node(a) for a in raw[1:]]
+        dec.check_inert(args, "an argument of __new__")
+        return cls.__new__(cls, *args)
+    if len(raw) != 3:
+        raise MalformedObject(f"{fn.__qualname__} takes 3 arguments, not {len(raw)}")
+    if fn is copyreg.__newobj_ex__:
+        args, kwargs = dec.node(raw[1]), dec.node(raw[2])
+        if type(args) not in (tuple, list) or type(kwargs) is not dict:
+            raise MalformedObject("__newobj_ex__ takes a tuple and a dict")
+        if any(type(k) is not str for k in kwargs):
+            raise MalformedObject("__newobj_ex__ takes keyword arguments named by strings")
+        dec.check_inert([*args, *kwargs.values()], "an argument of __new__")
+        return cls.__new__(cls, *args, **kwargs)
+    from ..trust.state import vouches_for
+
+    base = dec.code(raw[1], instantiate=False) if _is_code_node(raw[1]) else None
+    if not isinstance(base, type) or not issubclass(cls, base) or not vouches_for(base):
+        raise DecodeError(f"_reconstructor is given a base that {cls.__qualname__} cannot use")
+    state = dec.node(raw[2])
+    dec.check_inert((state,), "an argument of __new__")
+    return fn(cls, base, state)
+
+
+def _is_code_node(node: Any) -> bool:
+    return isinstance(node, dict) and node.get("$") == "code"
+
+
 def _apply_state(dec: Decoder, node: dict[str, Any], obj: Any) -> None:
-    """Set state the way pickle does (``__setstate__``, else the instance dict)."""
+    """Give *obj* its stored items and state, as pickle would, running only vouched code."""
     if "listitems" in node:
-        items = [dec.node(x) for x in node["listitems"]]
-        if hasattr(obj, "extend"):
-            obj.extend(items)
-        else:
-            for x in items:
-                obj.append(x)
+        add_list_items(obj, [dec.node(x) for x in node["listitems"]])
     if "dictitems" in node:
-        for key, value in node["dictitems"]:
-            obj[dec.node(key)] = dec.node(value)
+        pairs = [(dec.node(k), dec.node(v)) for k, v in node["dictitems"]]
+        dec.check_inert([k for k, _ in pairs], "a dict key")
+        add_dict_items(obj, pairs)
     if "state" not in node:
         return
     state = dec.node(node["state"])
     if "setstate" in node:
-        dec.node(node["setstate"])(obj, state)
+        setter = dec.callee(node["setstate"])
+        dec.check_inert((obj, state), "an argument of a call")
+        setter(obj, state)
         return
-    set_pickle_state(obj, state)
+    write_state(obj, state)
 
 
-def set_pickle_state(obj: Any, state: Any) -> None:
-    """Apply pickle *state* to *obj* as ``pickle`` does: ``__setstate__`` when the
-    class has one, else the instance dict (and slots, for a ``(dict, slots)`` pair)."""
-    if getattr(type(obj), "__setstate__", None) is not None:
-        obj.__setstate__(state)
+def write_state(obj: Any, state: Any) -> None:
+    """Give *obj* its pickled *state*, running none of its code unless it is vouched for.
+
+    A ``__setstate__`` runs only when the class that defines it is the user's
+    code or listed in the registry (``trust/state.py``); otherwise the state is
+    written: a dict into the instance dict, a ``(dict, slots)`` pair's slots
+    through the class's own slot descriptors. No ``setattr``, property or
+    ``__getattr__`` of the object's class runs.
+
+    Raises:
+        UntrustedCode: the class has a ``__setstate__`` no one vouches for.
+        MalformedObject: a state that is not what pickle would have stored.
+    """
+    from ..trust.state import method_may_run
+
+    cls = type(obj)
+    owner = _owner(cls, "__setstate__")
+    if owner is not None:
+        if not method_may_run(cls, "__setstate__"):
+            from ..trust.errors import refuse
+
+            symbol = f"{owner.__module__}:{owner.__qualname__}.__setstate__"
+            refuse(
+                symbol,
+                "restoring writes state into objects, and runs only the "
+                "__setstate__ of your classes and of the registry's",
+                "",
+            )
+        vars(owner)["__setstate__"].__get__(obj, cls)(state)
         return
-    slotstate = None
-    if isinstance(state, tuple) and len(state) == 2:
-        state, slotstate = state
-    if state:
-        obj.__dict__.update(state)
-    if slotstate:
-        for key, value in slotstate.items():
-            setattr(obj, key, value)
+    slots = None
+    if type(state) is tuple and len(state) == 2:
+        state, slots = state
+    if state is not None:
+        if type(state) not in (dict, OrderedDict):
+            raise MalformedObject(f"the stored state of a {cls.__qualname__} is not a dict")
+        if state:
+            dict.update(_instance_dict(obj), state)
+    if slots is not None:
+        if type(slots) not in (dict, OrderedDict):
+            raise MalformedObject(f"the stored slots of a {cls.__qualname__} are not a dict")
+        for key, value in slots.items():
+            _slot(cls, key).__set__(obj, value)
+
+
+def add_list_items(obj: Any, items: list[Any]) -> None:
+    """Append pickled list items to *obj*: through its own ``extend`` or ``append`` if
+    vouched for (``trust/state.py``), else through ``list``'s own for a list subclass."""
+    from ..trust.state import method_may_run
+
+    cls = type(obj)
+    for name in ("extend", "append"):
+        owner = _owner(cls, name)
+        if owner is not None and method_may_run(cls, name):
+            method = vars(owner)[name].__get__(obj, cls)
+            if name == "extend":
+                method(items)
+            else:
+                for item in items:
+                    method(item)
+            return
+    if issubclass(cls, list):
+        list.extend(obj, items)
+        return
+    raise DecodeError(f"a stored {cls.__qualname__} takes list items through code of its own")
+
+
+def add_dict_items(obj: Any, pairs: list[tuple[Any, Any]]) -> None:
+    """Set pickled dict items on *obj*: through its own ``__setitem__`` if vouched for,
+    else through ``dict``'s own for a dict subclass."""
+    from ..trust.state import method_may_run
+
+    cls = type(obj)
+    owner = _owner(cls, "__setitem__")
+    if owner is not None and method_may_run(cls, "__setitem__"):
+        setitem = vars(owner)["__setitem__"].__get__(obj, cls)
+    elif issubclass(cls, dict):
+        setitem = dict.__setitem__.__get__(obj, cls)
+    else:
+        raise DecodeError(f"a stored {cls.__qualname__} takes dict items through code of its own")
+    for key, value in pairs:
+        setitem(key, value)
+
+
+def _owner(cls: type, name: str) -> type | None:
+    """The class of *cls*'s MRO that defines *name* (None if none does)."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return None
+
+
+def _instance_dict(obj: Any) -> dict[str, Any]:
+    """*obj*'s instance dict, through the descriptor Python made for it (no lookup on obj)."""
+    cls = type(obj)
+    for klass in cls.__mro__:
+        found = vars(klass).get("__dict__")
+        if found is None:
+            continue
+        if type(found) is not types.GetSetDescriptorType:
+            raise MalformedObject(f"{cls.__qualname__} defines __dict__ itself; not restored")
+        return found.__get__(obj, cls)  # type: ignore[no-any-return]
+    raise MalformedObject(f"a {cls.__qualname__} has no instance dict to hold its state")
+
+
+def _slot(cls: type, key: Any) -> Any:
+    """The slot descriptor named *key* that a class of *cls*'s MRO declares."""
+    if type(key) is str:
+        for klass in cls.__mro__:
+            found = vars(klass).get(key)
+            if found is None:
+                continue
+            if type(found) is types.MemberDescriptorType and "__slots__" in vars(klass):
+                return found
+            break
+    raise MalformedObject(f"{cls.__qualname__} has no slot {str(key)[:40]!r}")
+
+
+def _holds(values: Any, classes: set[type]) -> bool:
+    """Whether *values*, or a plain container among them, holds an instance of *classes*."""
+    stack = list(values)
+    seen: set[int] = set()
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind in classes:
+            return True
+        if kind in (list, tuple, set, frozenset, dict, OrderedDict):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            stack.extend(value.items() if kind in (dict, OrderedDict) else value)
+    return False
 
 
 def _module(dec: Decoder, node: dict[str, Any]) -> Any:
@@ -305,7 +542,7 @@ _HANDLERS: dict[str, Callable[[Decoder, dict[str, Any]], Any]] = {
     "float": _float,
     "int": _int,
     "tuple": lambda dec, node: tuple(dec.node(x) for x in node["items"]),
-    "frozenset": lambda dec, node: frozenset(dec.node(x) for x in node["items"]),
+    "frozenset": _frozenset,
     "complex": lambda dec, node: complex(_num(node["re"]), _num(node["im"])),
     "bytes": _bytes,
     "bytearray": lambda dec, node: bytearray(_bytes(dec, node)),

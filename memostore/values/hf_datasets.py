@@ -156,8 +156,56 @@ def _table_from(node: dict[str, Any], dec: Any) -> Any:
     if node["t"] != "arrow":
         raise DecodeError(f"unknown Arrow table node {node['t']!r}: upgrade memostore")
     path = _arrow_file(dec.objects, node["blob"], node["bytes"])
-    replays = [tuple(r) for r in dec.node(node["replays"])]
+    replays = [_replay(r) for r in dec.node(node["replays"])]
     return MemoryMappedTable.from_file(path, replays)
+
+
+# What datasets' MemoryMappedTable records as replays. datasets calls
+# ``getattr(table, name)(*args, **kwargs)`` for each: a stored name is data, so only
+# these names, with arguments that hold no code, are handed to it.
+_REPLAYS = frozenset(
+    {
+        "add_column",
+        "append_column",
+        "cast",
+        "combine_chunks",
+        "drop",
+        "filter",
+        "flatten",
+        "remove_column",
+        "rename_columns",
+        "replace_schema_metadata",
+        "select",
+        "set_column",
+        "slice",
+    }
+)
+
+
+def _replay(stored: Any) -> tuple[str, Any, Any]:
+    """A stored replay (name, args, kwargs), if datasets would have recorded it."""
+    if type(stored) not in (list, tuple) or len(stored) != 3:
+        raise DecodeError("a stored Arrow table replay is not (name, args, kwargs)")
+    name, args, kwargs = stored
+    if name not in _REPLAYS or type(args) not in (list, tuple) or type(kwargs) is not dict:
+        raise DecodeError(f"a stored Arrow table replays {str(name)[:40]!r}, not a transform")
+    if _holds_callable([args, kwargs]):
+        raise DecodeError(f"a stored Arrow table replay {name!r} is given code as an argument")
+    return name, tuple(args), kwargs
+
+
+def _holds_callable(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) in (list, tuple, set, frozenset):
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif callable(item):
+            return True
+    return False
 
 
 class DatasetCodec(Codec):

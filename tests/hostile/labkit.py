@@ -150,11 +150,13 @@ def plant(
     blobs: dict[str, bytes] | None = None,
     payloads: dict[str, str] | None = None,
     ref: str | None = None,
+    payload_ids: dict[str, str] | None = None,
 ) -> str:
     """Replace the result of the store's one stored call (or *ref*'s) by *node*.
 
     *blobs*: name -> bytes stored as blobs; *payloads* maps code digests to those
-    names (code stored by value). Returns the planted evaluation's id.
+    names (code stored by value), *payload_ids* to blobs already in the store.
+    Returns the planted evaluation's id.
     """
     store = Store(store_path)
     refs = [r for r in store.refs.iter("evals/") if ref is None or r[0] == ref]
@@ -168,6 +170,7 @@ def plant(
     body["payloads"] = {
         **(body.get("payloads") or {}),
         **{digest: blob_ids[name] for digest, name in (payloads or {}).items()},
+        **(payload_ids or {}),
     }
     doc = evaluation_doc(body, Links())
     store.objects.add_doc(doc)
@@ -187,6 +190,28 @@ class _Command:
 
 def hostile_pickle(marker: Path) -> bytes:
     return pickle.dumps(_Command(f"touch {marker}"), protocol=4)
+
+
+def code_digest(project: Path, module: str, qualname: str) -> str:
+    """The digest the victim's own code has today (what a code node must carry)."""
+    script = (
+        "import sys, importlib\n"
+        "from memostore.code.deps import code_info\n"
+        "obj = importlib.import_module(sys.argv[1])\n"
+        "for part in sys.argv[2].split('.'):\n"
+        "    obj = getattr(obj, part)\n"
+        "print(code_info(obj).digest)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, module, qualname],
+        capture_output=True,
+        text=True,
+        cwd=str(project),
+        env={**os.environ, "PYTHONPATH": str(project)},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
 
 
 def warnings_in(stderr: str) -> list[str]:
