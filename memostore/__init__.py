@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+# torch.distributed jobs: registers how a rank makes a memoised call (call/ranks.py).
+from . import distributed as distributed
 from .call.memoize import memo
 from .call.verbose import set_verbose
 from .code.deps import ignore_global

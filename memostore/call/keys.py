@@ -1,9 +1,11 @@
-"""Call keys and argument binding: what a memoised call is looked up by.
+"""Argument binding and keyed calls: what a memoised call is looked up by.
 
 The key of a call is a digest of the function's symbol, the digest of its
 code's dependency closure, the digest of its bound arguments and its
-``version`` salt (``docs/format.md``). Binding applies defaults the way Python
-does, so ``f(1)`` and ``f(1, b=2)`` with ``b=2`` the default key alike.
+``version`` salt (``docs/format.md``; computed by :func:`call_key`, which
+lives with the evaluation records, since readers recompute it too). Binding
+applies defaults the way Python does, so ``f(1)`` and ``f(1, b=2)`` with
+``b=2`` the default key alike.
 """
 
 from __future__ import annotations
@@ -11,33 +13,11 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from ..odb.objects import Doc, canonical_json, digest_bytes
+from ..odb.objects import Doc
 
 if TYPE_CHECKING:
     from ..effects.arguments import Watched
     from ..values.encoding import Encoder, HashSink
-
-KEY_PREFIX = b"memostore:key:1\n"
-
-
-def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
-    """The call key: a digest of what determines the result (``docs/format.md``)."""
-    return key_with(key_tail(function, version), code_digest, args_id)
-
-
-def key_tail(function: str, version: str | None) -> bytes:
-    """The canonical JSON of the key's payload from "function" on.
-
-    Constant per memoised function, so a call only formats the two digests in
-    front of it.
-    """
-    payload = canonical_json({"function": function, "version": version})
-    return b"," + payload[1:]
-
-
-def key_with(tail: bytes, code_digest: str, args_id: str) -> str:
-    head = f'{{"args":"{args_id}","code":"{code_digest}"'.encode("ascii")
-    return digest_bytes(KEY_PREFIX + head + tail)
 
 
 class FastBinder:

@@ -41,29 +41,34 @@ from ..lifecycle import last_use
 from ..metrics import attach
 from ..odb.store import Store
 from ..records import context
-from ..records.evaluation import Evaluation, eval_ref_name, scalar_hparams
+from ..records.evaluation import (
+    Evaluation,
+    call_key,
+    eval_ref_name,
+    key_tail,
+    key_with,
+    scalar_hparams,
+)
 from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
 from ..values.hashcache import digest_cache, lineage_cache
-from . import hits, recording, rng_conditions, verbose
-from .keys import FastBinder, KeyedCall, call_about, call_key, key_tail, key_with
+from . import hits, ranks, recording, rng_conditions, verbose
+from .keys import FastBinder, KeyedCall, call_about
 from .stores import open_store
 
 if TYPE_CHECKING:
-    from ..distributed import calls as ranks
     from . import single_flight
 
 
 def _load_call_modules() -> None:
-    """Import single-flight and torch.distributed support with the first ``@memo``.
+    """Import single-flight with the first ``@memo``.
 
-    About 15 ms that ``import memostore`` alone (every CLI command) need not pay;
-    a decorated function needs both from its first call on, so its decoration
-    imports them (once: later calls find them in ``sys.modules``).
+    Milliseconds that ``import memostore`` alone (every CLI command) need not
+    pay; a decorated function needs it from its first call on, so its
+    decoration imports it (once: later calls find it in ``sys.modules``).
     """
-    global single_flight, ranks
-    from ..distributed import calls as ranks
+    global single_flight
     from . import single_flight
 
 
@@ -147,6 +152,7 @@ class MemoizedFunction:
         self._code_docs_written: set[tuple[str, str]] = set()
         self._healed: set[tuple[Any, ...]] = set()
         self._unkeyable: set[str] = set()  # data globals that cannot be hashed
+        self._seam = MemoSeam(self)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:
@@ -239,7 +245,7 @@ class MemoizedFunction:
                 "running unstored"
             )
             return self._fn(*args, **kwargs)
-        outcome = ranks.run_call(self, store, call, args, kwargs)  # None: not a job's rank
+        outcome = ranks.run_in_group(self._seam, store, call, args, kwargs)  # None: no job
         if isinstance(outcome, ranks.Computed):
             return outcome.result
         ref = self._eval_ref_prefix + call.key
@@ -305,13 +311,28 @@ class MemoizedFunction:
         except Exception as exc:  # a reason is a courtesy: never fail the call for it
             return f"no stored call with this key ({type(exc).__name__})"
 
-    def _prepare_hit(self, store: Store, evaluation_id: str, call: KeyedCall) -> hits.Hit:
+    def _prepare_hit(
+        self,
+        store: Store,
+        evaluation_id: str,
+        call: KeyedCall,
+        track_rng: bool | None = None,
+        exactly: bool = False,
+    ) -> hits.Hit | None:
+        """The planned hit of *evaluation_id* (or of the one its RNG condition names).
+
+        *exactly*: None when the RNG condition names another evaluation.
+        """
+        track_rng = self._track_rng if track_rng is None else track_rng
         body = store.evaluation(evaluation_id).body
         note = ""
-        if self._track_rng and body.get("rng"):
-            evaluation_id, body, note = rng_conditions.matching_evaluation(
+        if track_rng and body.get("rng"):
+            found, body, note = rng_conditions.matching_evaluation(
                 store, evaluation_id, body, self.symbol, call.key, self._rng_mode
             )
+            if exactly and found != evaluation_id:
+                return None
+            evaluation_id = found
         # Heal before the decode: the restore ends by starting the background check
         # of mapped tensors (torch_codecs), which then shares the machine with
         # whatever this call still does.
@@ -320,7 +341,7 @@ class MemoizedFunction:
             evaluation_id,
             body,
             call.watched,
-            self._track_rng,
+            track_rng,
             before_decode=lambda b: self._heal(store, call, b),
             remember=_remember_restored,
         )
@@ -521,6 +542,74 @@ def _watched(arguments: list[tuple[str, Any]], code: Any, skipped: set[str]) -> 
         if value is not MISSING:
             items.append((g.symbol, value))
     return Watched(items, where)
+
+
+class MemoSeam:
+    """What a process-group runner (:mod:`memostore.distributed`) may use of a memoised function.
+
+    The runner makes one call together with the job's other ranks; the look-up,
+    the hit's plan, the miss's computation and its recording stay here, so a
+    call goes through the same code whether one process makes it or a job.
+    """
+
+    def __init__(self, fn: MemoizedFunction) -> None:
+        self._fn = fn
+
+    @property
+    def symbol(self) -> str:
+        return self._fn.symbol
+
+    @property
+    def mode(self) -> str:
+        """``@memo(distributed=...)``."""
+        return self._fn._distributed
+
+    @property
+    def wait(self) -> bool | float:
+        """``@memo(wait=...)``: single-flight, and for how long."""
+        return self._fn._wait
+
+    @property
+    def track_rng(self) -> bool:
+        """Whether the global RNGs the body draws from condition and follow the call."""
+        return self._fn._track_rng
+
+    def restore(
+        self, store: Store, ref: str, call: KeyedCall, seen: list[str | None] | None = None
+    ) -> hits.Hit | str:
+        """The planned hit of the evaluation *ref* names, or why the call misses."""
+        return self._fn._restore(store, ref, call, seen)
+
+    def restore_if_moved(
+        self, store: Store, ref: str, call: KeyedCall, seen: list[str | None]
+    ) -> hits.Hit | str:
+        """:meth:`restore`, unless *ref* still names what the first look-up found."""
+        return self._fn._restore_if_moved(store, ref, call, seen)
+
+    def plan_hit(
+        self, store: Store, evaluation_id: str, call: KeyedCall, track_rng: bool
+    ) -> hits.Hit | None:
+        """The planned hit of exactly *evaluation_id*; None if its RNG condition does not hold.
+
+        Raises what a look-up meets (ObjectNotFound: this store lacks it).
+        """
+        return self._fn._prepare_hit(store, evaluation_id, call, track_rng, exactly=True)
+
+    def compute(
+        self,
+        store: Store,
+        call: KeyedCall,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        body: Callable[..., Any] | None = None,
+        writer: Any = None,
+    ) -> Any:
+        """Run the body (or *body*) as a miss and record it; its result."""
+        return self._fn._compute(store, call, args, kwargs, body=body, writer=writer)
+
+    def run_body(self, *args: Any, **kwargs: Any) -> Any:
+        """The undecorated function, called: nothing looked up, nothing stored."""
+        return self._fn._fn(*args, **kwargs)
 
 
 def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:

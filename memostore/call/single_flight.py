@@ -39,9 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..distributed.group import acting_alone
 from ..errors import MemostoreError
 from ..odb import leases
+from ..records.group import acting_alone
 from . import verbose
 
 if TYPE_CHECKING:

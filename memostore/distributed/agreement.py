@@ -44,7 +44,7 @@ from . import transfer
 
 if TYPE_CHECKING:
     from ..odb.store import Store
-    from .group import Group
+    from ..records.group import Group
     from .topology import Topology
 
 _OK = b"\1"

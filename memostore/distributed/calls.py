@@ -36,21 +36,21 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..call import hits, rng_conditions, single_flight, verbose
+from ..call import hits, single_flight, verbose
+from ..call.ranks import Computed
 from ..errors import MemostoreError, ObjectNotFound
-from ..odb.objects import canonical_json, digest_bytes
+from ..records import group as groups
 from ..records.evaluation import eval_ref_name
 from ..values.rank_results import as_rank
-from . import group as groups
 from . import transfer
 from .agreement import Agreement
 from .topology import Topology, known, topology
 
 if TYPE_CHECKING:
     from ..call.keys import KeyedCall
+    from ..call.memoize import MemoSeam
     from ..odb.store import Store
 
-MODES = ("all", "leader", "per_rank")
 # How often rank 0 tells waiting ranks that a leader body still runs: well
 # under any collective timeout a job would set (torch's default is 10-30 min).
 HEARTBEAT_S = 5.0
@@ -74,48 +74,16 @@ class RankFailed(MemostoreError):
         self.failures = failures
 
 
-class Computed:
-    """The outcome of a call computed by the ranks: the result this rank returns."""
-
-    __slots__ = ("result",)
-
-    def __init__(self, result: Any) -> None:
-        self.result = result
-
-
-def check_mode(mode: Any) -> str:
-    """The ``@memo(distributed=...)`` value, checked at decoration time."""
-    if mode in MODES:
-        return str(mode)
-    raise MemostoreError(
-        f"@memo(distributed={mode!r}) is not a mode: use distributed='all' (the default: in "
-        "a torch.distributed job every rank runs a miss, rank 0 stores it once, every rank "
-        "restores a hit), distributed='leader' (rank 0 alone runs a miss, the other ranks "
-        "receive its result) or distributed='per_rank' (each rank's call is its own: keyed "
-        "with its rank and the world size)"
-    )
-
-
-def rank_key(mode: str, key: str) -> str:
-    """The call key for this rank: *key*, or in ``per_rank`` mode one with rank and world size."""
-    if mode != "per_rank":
-        return key
-    group = groups.current()
-    if group is None:
-        return key
-    salt = {"key": key, "rank": group.rank, "world_size": group.world}
-    return digest_bytes(canonical_json(salt))
-
-
 def run_call(
-    fn: Any, store: Store, call: KeyedCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+    fn: MemoSeam, store: Store, call: KeyedCall, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> hits.Hit | Computed | None:
     """Make the call as a rank of a job: a hit to commit, the computed result, or None.
 
     None: not a rank of a job of two or more ranks (or ``per_rank`` mode, or a
-    call nested in a leader body): the caller goes on as without a job.
+    call nested in a leader body): the caller goes on as without a job. Called
+    through :func:`memostore.call.ranks.run_in_group`, with the function's seam.
     """
-    mode = fn._distributed
+    mode = fn.mode
     if mode == "per_rank":
         return None
     group = groups.current()
@@ -137,7 +105,7 @@ def run_call(
 
 # -- the decision -------------------------------------------------------------------------------
 def _decide(
-    fn: Any, store: Store, call: KeyedCall, group: groups.Group, leader: bool
+    fn: MemoSeam, store: Store, call: KeyedCall, group: groups.Group, leader: bool
 ) -> tuple[Any, Any]:
     """Rank 0's planned hit agreed by every rank, or why the call misses; and rank 0's flight.
 
@@ -149,7 +117,7 @@ def _decide(
     seen: list[str | None] = []  # what rank 0's look-up found under the ref
     if group.rank == 0:
         try:
-            planned = fn._restore(store, eval_ref_name(fn.symbol, call.key), call, seen)
+            planned = fn.restore(store, eval_ref_name(fn.symbol, call.key), call, seen)
         except Exception as exc:  # raised on rank 0 alone, the others would wait: a miss
             planned = f"the lookup failed ({type(exc).__name__}: {exc})"
         if isinstance(planned, hits.Hit):
@@ -164,7 +132,7 @@ def _decide(
         evaluation_id = rows[0][33:65].hex()
     else:
         reason = planned if group.rank == 0 else "no stored call on rank 0"
-        if fn._wait is False:
+        if fn.wait is False:
             return reason, None
         flight, found = _single_flight(fn, store, call, group, seen)
         if found is None:
@@ -173,7 +141,7 @@ def _decide(
         if group.rank == 0:
             planned = flight.hit
     # In leader mode only rank 0's RNGs follow the body, on a miss as on a hit.
-    track_rng = fn._track_rng and not (leader and group.rank)
+    track_rng = fn.track_rng and not (leader and group.rank)
     if group.rank == 0:
         status, hit = _OK, planned
     else:
@@ -193,7 +161,7 @@ def _decide(
 
 
 def _single_flight(
-    fn: Any, store: Store, call: KeyedCall, group: groups.Group, seen: list[str | None]
+    fn: MemoSeam, store: Store, call: KeyedCall, group: groups.Group, seen: list[str | None]
 ) -> tuple[Any, str | None]:
     """Rank 0 waits for (or takes) the call's lease for the whole job; the others wait on it.
 
@@ -212,10 +180,10 @@ def _single_flight(
                     ref,
                     fn.symbol,
                     call.key,
-                    fn._wait,
-                    lambda: fn._restore(store, ref, call),
+                    fn.wait,
+                    lambda: fn.restore(store, ref, call),
                     # Not what rank 0's look-up already found (and warned about) again.
-                    recheck=lambda: fn._restore_if_moved(store, ref, call, seen),
+                    recheck=lambda: fn.restore_if_moved(store, ref, call, seen),
                 )
         finally:
             hit = flight.hit if flight is not None else None
@@ -223,7 +191,7 @@ def _single_flight(
     return flight, None if flight.hit is None else flight.hit.evaluation_id
 
 
-def _check_keys(fn: Any, rows: list[bytes]) -> None:
+def _check_keys(fn: MemoSeam, rows: list[bytes]) -> None:
     keys = [row[:32].hex() for row in rows]
     if all(k == keys[0] for k in keys):
         return
@@ -238,38 +206,21 @@ def _check_keys(fn: Any, rows: list[bytes]) -> None:
 
 
 def _plan(
-    fn: Any, store: Store, call: KeyedCall, evaluation_id: str, track_rng: bool
+    fn: MemoSeam, store: Store, call: KeyedCall, evaluation_id: str, track_rng: bool
 ) -> tuple[int, Any]:
     """This rank's planned hit of *evaluation_id*: (status, hit or None)."""
-    from ..call.memoize import _remember_restored
-
     try:
-        body = store.evaluation(evaluation_id).body
-        if track_rng and body.get("rng"):
-            found, body, _ = rng_conditions.matching_evaluation(
-                store, evaluation_id, body, fn.symbol, call.key, fn._rng_mode
-            )
-            if found != evaluation_id:
-                return _UNUSABLE, None
-        hit = hits.prepare(
-            store,
-            evaluation_id,
-            body,
-            call.watched,
-            track_rng,
-            before_decode=lambda b: fn._heal(store, call, b),
-            remember=_remember_restored,
-        )
+        hit = fn.plan_hit(store, evaluation_id, call, track_rng)
     except ObjectNotFound:
         return _LACKS, None
     except Exception:  # any reason rank 0's hit is not this rank's: every rank computes
         return _UNUSABLE, None
-    return _OK, hit
+    return (_OK, hit) if hit is not None else (_UNUSABLE, None)
 
 
 # -- misses ----------------------------------------------------------------------------------
 def _all_miss(
-    fn: Any,
+    fn: MemoSeam,
     store: Store,
     call: KeyedCall,
     args: tuple[Any, ...],
@@ -281,7 +232,7 @@ def _all_miss(
     body = _exchanging(fn, group, agreement)
     if group.rank == 0:
         try:
-            result = fn._compute(store, call, args, kwargs, body=body, writer=agreement)
+            result = fn.compute(store, call, args, kwargs, body=body, writer=agreement)
         finally:
             agreement.finish()  # the other ranks wait for rank 0's word on the result
     else:
@@ -293,12 +244,12 @@ def _all_miss(
     return Computed(result)
 
 
-def _exchanging(fn: Any, group: groups.Group, agreement: Agreement) -> Any:
+def _exchanging(fn: MemoSeam, group: groups.Group, agreement: Agreement) -> Any:
     """The body, followed by every rank learning whether every rank's body returned."""
 
     def body(*args: Any, **kwargs: Any) -> Any:
         try:
-            result = fn._fn(*args, **kwargs)
+            result = fn.run_body(*args, **kwargs)
         except BaseException as exc:
             # A broken group: this rank's own exception says the most.
             with contextlib.suppress(Exception):
@@ -323,7 +274,7 @@ def _message(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + "..."
 
 
-def _failed_text(fn: Any, group: groups.Group, failures: list[tuple[int, str, str]]) -> str:
+def _failed_text(fn: MemoSeam, group: groups.Group, failures: list[tuple[int, str, str]]) -> str:
     said = "; ".join(f"rank {r} raised {name}: {msg}" for r, name, msg in failures)
     who = ", ".join(str(r) for r, _, _ in failures)
     return (
@@ -333,7 +284,7 @@ def _failed_text(fn: Any, group: groups.Group, failures: list[tuple[int, str, st
 
 
 def _leader_miss(
-    fn: Any,
+    fn: MemoSeam,
     store: Store,
     call: KeyedCall,
     args: tuple[Any, ...],
@@ -345,7 +296,7 @@ def _leader_miss(
         with _Heartbeat(group) as beat:
             try:
                 with groups.alone():
-                    result = fn._compute(store, call, args, kwargs)
+                    result = fn.compute(store, call, args, kwargs)
             except BaseException as exc:
                 beat.finish(("failed", type(exc).__qualname__, _message(exc)))
                 exc.add_note(
@@ -375,7 +326,7 @@ def _leader_miss(
         f"rank {group.rank} cannot restore what rank 0 computed for {call.key[:8]}; "
         "computing it here, unstored",
     )
-    return Computed(fn._fn(*args, **kwargs))
+    return Computed(fn.run_body(*args, **kwargs))
 
 
 def _wait_for_leader(group: groups.Group) -> tuple[Any, ...]:

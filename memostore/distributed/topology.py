@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..odb.store import Store
-    from .group import Group
+    from ..records.group import Group
 
 _PROBE = "rank-probe-"
 

@@ -34,7 +34,7 @@ from ..records.evaluation import eval_ref_name
 if TYPE_CHECKING:
     from ..call.keys import KeyedCall
     from ..odb.store import Store
-    from .group import Group
+    from ..records.group import Group
     from .topology import Topology
 
 

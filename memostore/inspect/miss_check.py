@@ -237,7 +237,7 @@ def _check_by_import(
             reasons.append(f"code stored in the {ref['where']} ({ref['symbol']}) {what}")
     key = None
     if body.get("key") and body.get("args"):
-        from ..call.memoize import call_key
+        from ..records.evaluation import call_key
 
         key = call_key(str(body.get("function")), info.digest, body["args"], version)
     out["verdict"] = _ref_verdict(store, body, key, out) if not reasons else "miss"

@@ -22,9 +22,9 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from ..distributed.group import other_rank
 from ..errors import MemostoreWarning
 from ..records import context, standalone
+from ..records.group import other_rank
 from . import event_files as written_through
 from . import runs
 from .attach import journal_for

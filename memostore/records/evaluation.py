@@ -38,7 +38,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreWarning
-from ..odb.objects import KIND_CODE, KIND_EVALUATION, Doc, Links, fits_json_int
+from ..odb.objects import (
+    KIND_CODE,
+    KIND_EVALUATION,
+    Doc,
+    Links,
+    canonical_json,
+    digest_bytes,
+    fits_json_int,
+)
 from ..odb.refs import ref_part
 
 if TYPE_CHECKING:
@@ -46,6 +54,29 @@ if TYPE_CHECKING:
     from .context import EvalContext
 
 _SUMMARY_MAX = 80
+
+
+KEY_PREFIX = b"memostore:key:1\n"
+
+
+def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
+    """The call key: a digest of what determines the result (``docs/format.md``)."""
+    return key_with(key_tail(function, version), code_digest, args_id)
+
+
+def key_tail(function: str, version: str | None) -> bytes:
+    """The canonical JSON of the key's payload from "function" on.
+
+    Constant per memoised function, so a call only formats the two digests in
+    front of it.
+    """
+    payload = canonical_json({"function": function, "version": version})
+    return b"," + payload[1:]
+
+
+def key_with(tail: bytes, code_digest: str, args_id: str) -> str:
+    head = f'{{"args":"{args_id}","code":"{code_digest}"'.encode("ascii")
+    return digest_bytes(KEY_PREFIX + head + tail)
 
 
 def code_doc(info: Any) -> Doc:

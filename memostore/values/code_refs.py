@@ -33,8 +33,7 @@ from ..trust.errors import refuse
 from ..trust.state import vouch_loaded
 
 if TYPE_CHECKING:
-    from .decoding import Decoder
-    from .encoding import Encoder
+    from .codec_api import DecodeContext, EncodeContext
 
 _LOCALS = "<locals>"
 
@@ -118,7 +117,7 @@ def _pickle(obj: Any, module: str, qualname: str, digest: str, outer: Any) -> by
     return data
 
 
-def encode_code_ref(obj: Any, enc: Encoder) -> dict[str, Any]:
+def encode_code_ref(obj: Any, enc: EncodeContext) -> dict[str, Any]:
     module, qualname = names_of(obj)
     try:
         importable = resolve(module, qualname) is obj
@@ -157,7 +156,7 @@ def _outer_pin(module: str, qualname: str) -> dict[str, str] | None:
     return {"qualname": outer_qualname, "digest": code_digest(outer)}
 
 
-def decode_code_ref(node: dict[str, Any], dec: Decoder, use: str = gate.VALUE) -> Any:
+def decode_code_ref(node: dict[str, Any], dec: DecodeContext, use: str = gate.VALUE) -> Any:
     """The function or class a code node names, through the trust gate.
 
     *use* (``gate.VALUE``, ``CALL`` or ``STATE``) is what the stored value does
@@ -207,7 +206,7 @@ def decode_code_ref(node: dict[str, Any], dec: Decoder, use: str = gate.VALUE) -
     return gate.checked_use(symbol, obj, use)
 
 
-def _check_outer(module: str, qualname: str, outer: Any, dec: Decoder) -> None:
+def _check_outer(module: str, qualname: str, outer: Any, dec: DecodeContext) -> None:
     """The outer pin of a local class or function: its defining code is today's."""
     symbol = f"{module}:{qualname}"
     if not isinstance(outer, dict) or not isinstance(outer.get("qualname"), str):

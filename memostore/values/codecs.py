@@ -23,9 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..errors import MemostoreWarning
 
 if TYPE_CHECKING:
-    from ..effects.replay import Planner
-    from .decoding import Decoder
-    from .encoding import Encoder
+    from .codec_api import DecodeContext, EncodeContext, ReplayPlan
 
 ENTRY_POINT_GROUP = "memostore.codecs"
 
@@ -48,11 +46,11 @@ class Codec:
     type_names: ClassVar[tuple[str, ...]] = ()
     standalone: ClassVar[bool] = False
 
-    def encode(self, obj: Any, enc: Encoder) -> dict[str, Any]:
+    def encode(self, obj: Any, enc: EncodeContext) -> dict[str, Any]:
         """Return the node's fields (the encoder adds ``"$": tag``)."""
         raise NotImplementedError
 
-    def decode(self, node: dict[str, Any], dec: Decoder) -> Any:
+    def decode(self, node: dict[str, Any], dec: DecodeContext) -> Any:
         """Rebuild a fresh object from a node this codec encoded."""
         raise NotImplementedError
 
@@ -115,7 +113,7 @@ class Codec:
         """
         return None
 
-    def assign(self, target: Any, source: Any, plan: Planner) -> bool:
+    def assign(self, target: Any, source: Any, plan: ReplayPlan) -> bool:
         """Plan making *target* equal to *source* in place (``effects/replay.py``).
 
         Return False (the default) to let the planner update the object's
