@@ -17,14 +17,56 @@ original library's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .event_kinds import GRAPH_TAG
 
 if TYPE_CHECKING:
     from .runs import Run
-    from .writer import SummaryWriter
+
+
+class RunSink(Protocol):
+    """Where a file writer puts what it reads: its ``SummaryWriter``'s points (writer_base)."""
+
+    def keep_in(
+        self,
+        run: Run,
+        method: str,
+        event: dict[str, Any],
+        step: Any,
+        walltime: Any,
+        blobs: Mapping[str, bytes | None],
+    ) -> None: ...
+
+    def put_scalar(self, run: Run, tag: str, value: float, step: int, wall: float) -> None: ...
+
+    def put_event(self, run: Run, event: dict[str, Any], step: int, wall: float) -> None: ...
+
+    def put_session(
+        self,
+        run: Run,
+        hparams: Mapping[str, Any],
+        metrics: list[str],
+        domains: Mapping[str, list[Any]],
+        step: int,
+        wall: float,
+    ) -> None: ...
+
+    def resolve_step(self, step: Any) -> int: ...
+
+    def resolve_wall(self, walltime: Any) -> float: ...
+
+    def flush_journal(self) -> None: ...
+
+    def failed(self, method: str, exc: Exception) -> None: ...
+
+    def unsupported(self, name: str) -> None: ...
+
+    def use_metadata(
+        self, *, global_step: int | None = None, walltime: float | None = None
+    ) -> contextlib.AbstractContextManager[Any]: ...
+
 
 _PNG = b"\x89PNG\r\n\x1a\n"
 _GIF = (b"GIF87a", b"GIF89a")
@@ -34,13 +76,13 @@ class FileWriter:
     """One run's file writer: ``add_summary``, ``add_event``, ``flush``, ``close``, ...
 
     Args:
-        writer: the memostore writer it belongs to.
+        writer: where its points go: the memostore writer it belongs to.
         run: the run its points go to.
         log_dir: the directory as the writer names it (``get_logdir``).
         tee: the original library's file writer, when event files are written.
     """
 
-    def __init__(self, writer: SummaryWriter, run: Run, log_dir: str, tee: Any = None) -> None:
+    def __init__(self, writer: RunSink, run: Run, log_dir: str, tee: Any = None) -> None:
         self._writer = writer
         self._run = run
         self._log_dir = log_dir
@@ -87,7 +129,7 @@ class FileWriter:
             "run_metadata": None if metadata is None else metadata.SerializeToString(),
         }
         event = {"kind": "graph", "tag": GRAPH_TAG}
-        self._writer._keep_in(self._run, "add_graph", event, None, walltime, blobs)
+        self._writer.keep_in(self._run, "add_graph", event, None, walltime, blobs)
 
     def add_onnx_graph(self, graph: Any, walltime: float | None = None) -> None:
         """Store an ONNX model's graph, as ``add_graph`` stores a traced one."""
@@ -95,19 +137,19 @@ class FileWriter:
             self._tee.add_onnx_graph(graph, walltime)
         blobs = {"blob": graph.SerializeToString(), "run_metadata": None}
         event = {"kind": "graph", "tag": GRAPH_TAG}
-        self._writer._keep_in(self._run, "add_onnx_graph", event, None, walltime, blobs)
+        self._writer.keep_in(self._run, "add_onnx_graph", event, None, walltime, blobs)
 
     def flush(self) -> None:
         """Flush the run's points to the journal (and the event file, if any)."""
         if self._tee is not None:
             self._tee.flush()
-        self._writer._flush_journal()
+        self._writer.flush_journal()
 
     def close(self) -> None:
         """Flush; the event file, if any, is closed."""
         if self._tee is not None:
             self._tee.close()
-        self._writer._flush_journal()
+        self._writer.flush_journal()
 
     def reopen(self) -> None:
         """Reopen the event file after :meth:`close` (nothing to do for the store)."""
@@ -125,20 +167,20 @@ class FileWriter:
     # -- reading summaries -------------------------------------------------------------------
     def _store(self, summary: Any, step: int | None, walltime: float | None) -> None:
         writer = self._writer
-        step_value = writer._resolve_step(step)
-        wall = writer._resolve_wall(walltime)
+        step_value = writer.resolve_step(step)
+        wall = writer.resolve_wall(walltime)
         for value in summary.value:
             try:
                 self._store_value(value, step_value, wall)
             except Exception as exc:
-                writer._failed("file_writer.add_summary", exc)
+                writer.failed("file_writer.add_summary", exc)
 
     def _store_value(self, value: Any, step: int, wall: float) -> None:
         writer, run, tag = self._writer, self._run, value.tag
         which = value.WhichOneof("value")
         plugin = value.metadata.plugin_data.plugin_name if value.HasField("metadata") else ""
         if which == "simple_value":
-            writer._put_scalar(run, tag, float(value.simple_value), step, wall)
+            writer.put_scalar(run, tag, float(value.simple_value), step, wall)
         elif which == "histo":
             h = value.histo
             event = {
@@ -152,7 +194,7 @@ class FileWriter:
                 "limits": list(h.bucket_limit),
                 "counts": list(h.bucket),
             }
-            writer._put_event(run, event, step, wall)
+            writer.put_event(run, event, step, wall)
         elif which == "image":
             self._store_image(value.image, tag, step, wall)
         elif which == "audio":
@@ -165,24 +207,24 @@ class FileWriter:
                 "frames": int(a.length_frames),
                 "content_type": a.content_type,
             }
-            writer._keep_in(run, "add_audio", event, step, wall, {"blob": a.encoded_audio_string})
+            writer.keep_in(run, "add_audio", event, step, wall, {"blob": a.encoded_audio_string})
         elif plugin == "hparams":
             self._store_hparams(value.metadata.plugin_data.content, step, wall)
         elif plugin == "scalars" and which == "tensor":
             t = value.tensor
             number = (list(t.double_val) or list(t.float_val) or [float("nan")])[0]
-            writer._put_scalar(run, tag, float(number), step, wall)
+            writer.put_scalar(run, tag, float(number), step, wall)
         elif plugin == "text" and which == "tensor":
             text = b"".join(value.tensor.string_val[:1]).decode("utf-8", "replace")
-            writer._put_event(run, {"kind": "text", "tag": tag, "text": text}, step, wall)
+            writer.put_event(run, {"kind": "text", "tag": tag, "text": text}, step, wall)
         else:
-            writer._unsupported(f"file_writer.add_summary of {plugin or which} summaries")
+            writer.unsupported(f"file_writer.add_summary of {plugin or which} summaries")
 
     def _store_image(self, image: Any, tag: str, step: int, wall: float) -> None:
         data = image.encoded_image_string
         kind = "image" if data.startswith(_PNG) else "video" if data.startswith(_GIF) else None
         if kind is None:
-            self._writer._unsupported("file_writer.add_summary of images other than PNG and GIF")
+            self._writer.unsupported("file_writer.add_summary of images other than PNG and GIF")
             return
         event = {
             "kind": kind,
@@ -191,7 +233,7 @@ class FileWriter:
             "width": int(image.width),
             "channels": int(image.colorspace),
         }
-        self._writer._keep_in(self._run, "add_summary", event, step, wall, {"blob": data})
+        self._writer.keep_in(self._run, "add_summary", event, step, wall, {"blob": data})
 
     def _store_hparams(self, content: bytes, step: int, wall: float) -> None:
         data = _hparams_plugin_data().FromString(content)
@@ -208,7 +250,7 @@ class FileWriter:
             metrics, domains = self._experiment or ([], {})
             self._experiment = None
             hparams = {k: _struct_value(v) for k, v in data.session_start_info.hparams.items()}
-            self._writer._put_session(self._run, hparams, metrics, domains, step, wall)
+            self._writer.put_session(self._run, hparams, metrics, domains, step, wall)
         # session_end_info: the evaluation's own status says how the session ended.
 
 

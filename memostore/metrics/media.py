@@ -19,7 +19,6 @@ draws with Pillow.
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,17 +26,13 @@ from typing import TYPE_CHECKING, Any
 from ..records import context, standalone
 from . import convert, inputs, media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG, GRAPH_TAG, SCALAR_STYLE
-from .writer_base import _step, _warn_once
+from .writer_base import checked_step, wall_time, warn_once
 
 if TYPE_CHECKING:
     from .journal import Journal
 
 # Journal -> the (tag, style) pairs already journaled there: one event per pair.
 _styles: weakref.WeakKeyDictionary[Journal, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
-
-
-def _wall(walltime: Any) -> float:
-    return time.time() if walltime is None else float(walltime)
 
 
 def _parameter_shapes(model: Any) -> list[list[Any]] | None:
@@ -99,8 +94,8 @@ class MediaMethods:
                         [name, objects.add_bytes(array.tobytes()), list(array.shape)]
                         for name, array in parts
                     ]
-            event["step"] = _step(step)
-            event["wall"] = _wall(walltime)
+            event["step"] = checked_step(step)
+            event["wall"] = wall_time(walltime)
             journal.add_event(event)
         except Exception as exc:
             self._failed(method, exc)
@@ -189,7 +184,7 @@ class MediaMethods:
         """Log a mono clip (samples in [-1, 1]) as a 16-bit WAV blob."""
         wav, frames, clipped = media_encode.wav_bytes(snd_tensor, sample_rate)
         if clipped:
-            _warn_once(("audio", str(tag)), f"audio {tag!r}: amplitude out of range, clipped")
+            warn_once(("audio", str(tag)), f"audio {tag!r}: amplitude out of range, clipped")
         event = {
             "kind": "audio",
             "tag": str(tag),
@@ -218,7 +213,7 @@ class MediaMethods:
         frames = media_encode.video_frames(vid_tensor)
         gif, why = media_encode.gif_bytes(frames, fps)
         if gif is None:
-            _warn_once(("video", why), f"{why}; add_video recorded nothing")
+            warn_once(("video", why), f"{why}; add_video recorded nothing")
             return
         _, height, width, channels = frames.shape
         event = {
@@ -356,7 +351,7 @@ class MediaMethods:
         self._keep("add_onnx_graph", {"kind": "graph", "tag": GRAPH_TAG}, None, None, blobs)
 
     def _needs_tensorboard(self, method: str, exc: ImportError) -> None:
-        _warn_once(
+        warn_once(
             ("needs tensorboard", method),
             f"{method} converts graphs with torch.utils.tensorboard, which needs the "
             f"tensorboard package (pip install 'memostore[tensorboard]'): {exc}; "

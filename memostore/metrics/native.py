@@ -9,7 +9,7 @@ from ..records import context, standalone
 from . import convert
 from .attach import journal_for
 from .journal import Journal
-from .writer_base import _wall, _warn_once
+from .writer_base import wall_time, warn_once
 
 
 def log(
@@ -33,11 +33,11 @@ def log(
             step = journal.step_counter
         step = int(step)
         journal.step_counter = step + 1
-        wall = _wall(walltime)
+        wall = wall_time(walltime)
         for tag, value in _flatten(values, ""):
             _log_one(journal, tag, value, step, wall)
     except Exception as exc:
-        _warn_once(("log", type(exc)), f"log dropped points ({type(exc).__name__}: {exc})")
+        warn_once(("log", type(exc)), f"log dropped points ({type(exc).__name__}: {exc})")
 
 
 def _flatten(values: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:

@@ -28,9 +28,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..records.context import current_evaluation
 from . import convert, inputs, runs
 from .media import MediaMethods
-from .writer_base import WriterBase, _current, default_log_dir
+from .writer_base import WriterBase, default_log_dir
 
 
 class SummaryWriter(WriterBase, MediaMethods):
@@ -82,7 +83,11 @@ class SummaryWriter(WriterBase, MediaMethods):
         # The hot path: one cache check and one dict lookup before the journal's append.
         try:
             target = self._cache
-            if target is None or target.key is not _current.get() or target.journal.sealed:
+            if (
+                target is None
+                or target.key is not current_evaluation.get()
+                or target.journal.sealed
+            ):
                 if self._off:
                     return
                 target = self._attach()

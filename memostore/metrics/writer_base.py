@@ -33,23 +33,26 @@ from .journal import Journal
 from .seal import json_safe
 
 _warned: set[Any] = set()
-_current = context.current_evaluation  # read on every point: a ContextVar.get, no call
+current_evaluation = context.current_evaluation  # read on every point: a ContextVar.get
 _TARGETS = "memostore.metrics.writer"
 _tokens = itertools.count()
 
 
-def _warn_once(key: Any, message: str) -> None:
+def warn_once(key: Any, message: str) -> None:
+    """Warn with *message* once per *key* and process."""
     if key in _warned:
         return
     _warned.add(key)
     warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=4)
 
 
-def _wall(walltime: Any) -> float:
+def wall_time(walltime: Any) -> float:
+    """A point's wall time: *walltime*, or now."""
     return time.time() if walltime is None else float(walltime)
 
 
-def _step(step: Any) -> int:
+def checked_step(step: Any) -> int:
+    """A point's step as TensorBoard records it: an int of 64 bits, 0 when missing."""
     # TensorBoard records a missing step as 0.
     if step is None:
         return 0
@@ -180,7 +183,7 @@ class WriterBase:
         # that never logs; the original writer, when there is one, makes it itself.
         self._dir_ready = False
         if comet_config and not comet_config.get("disabled", False):
-            _warn_once("comet", "comet_config is passed on only with event_files='tensorboardX'")
+            warn_once("comet", "comet_config is passed on only with event_files='tensorboardX'")
         backend = None if self._off else written_through.choose(event_files)
         if backend is not None:
             settings = {
@@ -240,7 +243,7 @@ class WriterBase:
         out = {str(main.get_logdir()): main}
         tees = getattr(self._tee, "all_writers", None) or {}
         for key, run in self._scalar_runs.values():
-            out[key] = FileWriter(self, run, key, tees.get(key))
+            out[key] = FileWriter(_Sink(self), run, key, tees.get(key))
         return out
 
     def _get_file_writer(self) -> FileWriter:
@@ -248,7 +251,7 @@ class WriterBase:
         self._reopen()
         if self._file_writer is None:
             tee = None if self._tee is None else self._tee._get_file_writer()
-            self._file_writer = FileWriter(self, self._run, str(self.log_dir), tee)
+            self._file_writer = FileWriter(_Sink(self), self._run, str(self.log_dir), tee)
         return self._file_writer
 
     def _reopen(self) -> None:
@@ -259,7 +262,7 @@ class WriterBase:
     # -- attaching to evaluations ------------------------------------------------------------
     def _target(self) -> _Target:
         target = self._cache
-        if target is None or target.key is not _current.get() or target.journal.sealed:
+        if target is None or target.key is not current_evaluation.get() or target.journal.sealed:
             target = self._attach()
         return target
 
@@ -272,7 +275,7 @@ class WriterBase:
                 # The points still reach the store; only files saved there would fail.
                 self._failed("creating log_dir", exc)
                 self._dir_ready = True
-        key = _current.get()
+        key = current_evaluation.get()
         ctx = key
         if ctx is None:
             if self._own is None:
@@ -307,13 +310,13 @@ class WriterBase:
         return self._target().ctx.store.objects
 
     def _failed(self, method: str, exc: Exception) -> None:
-        _warn_once(
+        warn_once(
             (method, type(exc), str(exc)[:60]),
             f"{method} dropped a point ({type(exc).__name__}: {exc})",
         )
 
     def _unsupported(self, name: str) -> None:
-        _warn_once(("unsupported", name), f"{name} is not supported; its data is not recorded")
+        warn_once(("unsupported", name), f"{name} is not supported; its data is not recorded")
 
     def _keep(self, *args: Any, **kwargs: Any) -> None:
         if not self._off:
@@ -326,12 +329,12 @@ class WriterBase:
     def _resolve_step(self, step: Any) -> int:
         if step is None and self._metadata is not None and self._metadata[0] is not None:
             step = self._metadata[0]
-        return _step(step)
+        return checked_step(step)
 
     def _resolve_wall(self, walltime: Any) -> float:
         if walltime is None and self._metadata is not None:
             walltime = self._metadata[1]
-        return _wall(walltime)
+        return wall_time(walltime)
 
     def _put_scalar(self, run: runs.Run, tag: str, value: float, step: int, wall: float) -> None:
         if self._off:
@@ -485,3 +488,24 @@ class WriterBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Sink:
+    """A writer's point-writing methods, as its file writers call them (``file_writer.RunSink``).
+
+    Public names here, private ones on the writer: a ``SummaryWriter``'s own
+    attributes stay those of torch's writer.
+    """
+
+    def __init__(self, writer: WriterBase) -> None:
+        w = writer
+        self.keep_in = w._keep_in
+        self.put_scalar = w._put_scalar
+        self.put_event = w._put_event
+        self.put_session = w._put_session
+        self.resolve_step = w._resolve_step
+        self.resolve_wall = w._resolve_wall
+        self.flush_journal = w._flush_journal
+        self.failed = w._failed
+        self.unsupported = w._unsupported
+        self.use_metadata = w.use_metadata

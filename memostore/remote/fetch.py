@@ -30,35 +30,22 @@ warning naming that command.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
-import time
-import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import MemostoreWarning, RefError
+from ..errors import RefError
 from ..odb.refs import check_ref_name
-from ..transport.config import RemoteConfig, list_remotes, open_remote
+from ..transport.config import RemoteConfig
+from . import reach
 
 if TYPE_CHECKING:
     from ..odb.store import Store
-    from ..transport import Transport
 
 T = TypeVar("T")
 
 LOOKUP_TIMEOUT_S = 5.0
-RETRY_AFTER_S = 300.0
 FETCH_JOBS = 8
-
-_lock = threading.Lock()
-# config path -> (file stamp, auto-fetch remotes); a stamp of None: no config file.
-_config_cache: dict[Path, tuple[Any, list[RemoteConfig]]] = {}
-_transports: dict[tuple[str, str | None, str], Transport] = {}
-_down_since: dict[tuple[str, str | None], float] = {}
-_warned: set[Any] = set()
 
 
 def fetch_on_miss(store: Store, ref_name: str) -> str | None:
@@ -73,9 +60,11 @@ def fetch_on_miss(store: Store, ref_name: str) -> str | None:
         has it (or none could be asked). Never raises.
     """
     try:
-        remotes = auto_fetch_remotes(store)
+        remotes = reach.auto_fetch_remotes(store)
     except Exception as exc:
-        _warn_once(("config", store.config_path), f"cannot read the remotes configured ({exc})")
+        reach.warn_once(
+            ("config", store.config_path), f"cannot read the remotes configured ({exc})"
+        )
         return None
     if not remotes:
         return None
@@ -89,33 +78,14 @@ def fetch_on_miss(store: Store, ref_name: str) -> str | None:
         except Exception as exc:
             # A damaged object or a refused request: this evaluation is not
             # fetched, the call computes it, and other keys may still be fetched.
-            _warn(
-                f"could not fetch {ref_name} from remote {_label(remote)}: {exc}; computing locally"
+            reach.warn(
+                f"could not fetch {ref_name} from remote {reach.label(remote)}: {exc}; "
+                "computing locally"
             )
             continue
         if found is not None:
             return found
     return None
-
-
-def auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
-    """The store's remotes with auto-fetch on (cached until ``config.json`` changes)."""
-    path = store.config_path
-    if path is None:
-        return [r for r in list_remotes(store) if r.auto_fetch]
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        stamp = None
-    else:
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-    cached = _config_cache.get(path)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    remotes = [] if stamp is None else [r for r in list_remotes(store) if r.auto_fetch]
-    with _lock:
-        _config_cache[path] = (stamp, remotes)
-    return remotes
 
 
 def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None:
@@ -130,16 +100,15 @@ def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None
             return None  # a damaged ref of this call: a miss, the remote stays in use
 
     key = (remote.url, remote.endpoint)
-    down = _down_since.get(key)
-    if down is not None and time.monotonic() - down < RETRY_AFTER_S:
+    if reach.is_down(key):
         return None
     try:
-        transport = _transport(remote)
+        transport = reach.transport_for(remote)
         raw = _with_timeout(read_ref, LOOKUP_TIMEOUT_S)
     except Exception as exc:
         # Whatever keeps the lookup from answering (no network, no mount, no
         # credentials, no boto3) holds for every call: skip this remote a while.
-        _mark_down(key, remote, exc)
+        reach.mark_down(key, remote, exc)
         return None
     value = parse_ref(raw)
     if value is None:
@@ -149,44 +118,17 @@ def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None
         with worker_pool(FETCH_JOBS) as pool:
             pull_refs(store, transport, {ref_name: value}, pool, report)
     except (RemoteUnreachable, TimeoutError) as exc:
-        _mark_down(key, remote, exc)
+        reach.mark_down(key, remote, exc)
         return None
-    with _lock:
-        _down_since.pop(key, None)
+    reach.mark_up(key)
     if ref_name in report.skipped:
         reason = report.skipped[ref_name]
-        _warn(f"remote {_label(remote)} holds a ref {ref_name} that {reason}; ignored")
+        reach.warn(f"remote {reach.label(remote)} holds a ref {ref_name} that {reason}; ignored")
         return None
     try:
         return store.refs.read(ref_name)
     except RefError:
         return None
-
-
-def _mark_down(key: tuple[str, str | None], remote: RemoteConfig, exc: BaseException) -> None:
-    from ..transport import RemoteUnreachable
-
-    with _lock:
-        _down_since[key] = time.monotonic()
-    what = "is unreachable" if isinstance(exc, (RemoteUnreachable, TimeoutError)) else "failed"
-    _warn_once(
-        key,
-        f"auto-fetch: remote {_label(remote)} {what} ({exc}); computing locally. Results "
-        "computed meanwhile are shared once you `memostore push`",
-    )
-
-
-def _transport(remote: RemoteConfig, purpose: str = "fetch") -> Transport:
-    """The transport of *remote* for *purpose* (its timeouts: ``open_remote``), kept per process."""
-    key = (remote.url, remote.endpoint, purpose)
-    with _lock:
-        transport = _transports.get(key)
-    if transport is None:
-        # Opening touches no network; S3 clients are thread-safe and reused.
-        transport = open_remote(remote, purpose)
-        with _lock:
-            transport = _transports.setdefault(key, transport)
-    return transport
 
 
 def _with_timeout(fn: Callable[[], T], timeout: float) -> T:
@@ -214,42 +156,11 @@ def _with_timeout(fn: Callable[[], T], timeout: float) -> T:
     return box["value"]
 
 
-def _label(remote: RemoteConfig) -> str:
-    return f"{remote.name} ({remote.url})" if remote.name else remote.url
-
-
-def _warn(message: str) -> None:
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=_caller_level())
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _caller_level() -> int:
-    """The stacklevel of the first frame outside memostore: the user's call."""
-    frame = sys._getframe(1)  # _warn, where warnings.warn is called (level 1)
-    level = 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-def _warn_once(key: Any, message: str) -> None:
-    with _lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    _warn(message)
+def auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
+    """The store's remotes with auto-fetch on (cached until ``config.json`` changes)."""
+    return reach.auto_fetch_remotes(store)
 
 
 def reset_state() -> None:
     """Forget cached configs, transports and unreachable remotes (tests)."""
-    with _lock:
-        transports = list(_transports.values())
-        _config_cache.clear()
-        _transports.clear()
-        _down_since.clear()
-        _warned.clear()
-    for transport in transports:
-        transport.close()
+    reach.reset_state()

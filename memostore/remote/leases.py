@@ -96,15 +96,7 @@ from ..transport.config import RemoteConfig
 
 # fetch's transports and down-marks are shared, so that a remote is opened,
 # skipped and warned about once, whether a lookup or a lease found it down.
-from .fetch import (
-    _config_cache,
-    _down_since,
-    _mark_down,
-    _transport,
-    _warn,
-    _warn_once,
-    auto_fetch_remotes,
-)
+from . import reach
 from .lease_records import (
     LEASE_MAX_BYTES,
     LeaseRecord,
@@ -127,7 +119,7 @@ LEASES_PREFIX = "leases/"
 POLL_FIRST_S = 0.1
 POLL_GROWTH = 1.5
 POLL_MAX_S = 0.25
-RETRY_AFTER_S = 300.0
+RETRY_AFTER_S = reach.RETRY_AFTER_S
 PUSH_JOBS = 8
 
 _lock = threading.Lock()
@@ -237,7 +229,7 @@ class RemoteLease:
             return  # nothing stored by this call (its result could not be stored)
         function = self._record.get("function", "?")
         try:
-            transport = _transport(self._remote, "push")
+            transport = reach.transport_for(self._remote, "push")
             if transport.url not in _format_checked:
                 check_remote_format(transport, create=True)
                 _format_checked.add(transport.url)
@@ -247,9 +239,10 @@ class RemoteLease:
             if self._ref in report.skipped:
                 raise MemostoreError(report.skipped[self._ref])
         except Exception as exc:
-            _warn(
+            reach.warn(
                 f"could not publish the result of {function} ({evaluation_id[:8]}) to remote "
-                f"{_label(self._remote)}: {exc}; it is stored here (`memostore push` sends it), "
+                f"{reach.label(self._remote)}: {exc}; it is stored here "
+                "(`memostore push` sends it), "
                 "and processes on other machines waiting for it compute it themselves"
             )
 
@@ -292,12 +285,12 @@ def begin(
     remote = remotes[0]
     where = (remote.url, remote.endpoint)
     now = time.monotonic()
-    for marks in (_down_since, _refused):
+    for marks in (reach.down_since, _refused):
         since = marks.get(where)
         if since is not None and now - since < RETRY_AFTER_S:
             return None
     try:
-        transport = _transport(remote)
+        transport = reach.transport_for(remote)
         try:
             before = store.refs.read(ref)
         except MemostoreError:
@@ -312,20 +305,20 @@ def begin(
         if isinstance(exc, RemoteObjectTooLarge):
             # This call's lease only (planted or damaged): the call computes here, and
             # the remote's leases go on serving every other call.
-            _warn_once(
+            reach.warn_once(
                 ("lease-size", where, ref),
-                f"the single-flight lease of {symbol} in remote {_label(remote)} is no lease "
+                f"the single-flight lease of {symbol} in remote {reach.label(remote)} is no lease "
                 f"record ({exc}); the call computes here without waiting",
             )
             return None
         if isinstance(exc, (RemoteUnreachable, TimeoutError)):
-            _mark_down(where, remote, exc)
+            reach.mark_down(where, remote, exc)
         else:
             with _lock:
                 _refused[where] = time.monotonic()
-            _warn_once(
+            reach.warn_once(
                 ("lease", where),
-                f"remote {_label(remote)} refused a single-flight lease ({exc}); processes on "
+                f"remote {reach.label(remote)} refused a single-flight lease ({exc}); processes on "
                 f"other machines sharing it may compute the same call at once (for the next "
                 f"{RETRY_AFTER_S:.0f} s). The call computes here",
             )
@@ -338,8 +331,8 @@ def _auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
     if path is None:
         # Kept per root: a Path made afresh hashes its text again on every miss.
         path = _config_paths.setdefault(store.root, store.config_path)
-    cached = _config_cache.get(path)  # type: ignore[arg-type]
-    return cached[1] if cached is not None else auto_fetch_remotes(store)
+    cached = reach.config_cache.get(path)  # type: ignore[arg-type]
+    return cached[1] if cached is not None else reach.auto_fetch_remotes(store)
 
 
 def _wait(
@@ -512,12 +505,8 @@ def _gone(record: LeaseRecord | None, remote: RemoteConfig) -> str:
     return f"stopped its heartbeat in remote {remote.name or remote.url}{ago} while computing"
 
 
-def _label(remote: RemoteConfig) -> str:
-    return f"{remote.name} ({remote.url})" if remote.name else remote.url
-
-
 def reset_state() -> None:
-    """Forget refused remotes (tests); ``fetch.reset_state`` closes the transports."""
+    """Forget refused remotes (tests); ``reach.reset_state`` closes the transports."""
     with _lock:
         _refused.clear()
         _format_checked.clear()
