@@ -37,6 +37,7 @@ from .dtensor import is_shard
 from .fingerprints import fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .modules import SESSION_PARAMS, param_key
+from .params import ordered_params
 from .replay import assign_optimizer
 from .summaries import summarize
 
@@ -47,18 +48,6 @@ def _is_sched_wrapper(name: str, value: Any) -> bool:
     # An LR scheduler replaces opt.step with a closure that records the call; the
     # scheduler's codec puts a new one in place on restore.
     return name == "step" and hasattr(value, "_wrapped_by_lr_sched")
-
-
-def ordered_params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """The optimizer's parameters in ``state_dict`` order (each once)."""
-    seen: set[int] = set()
-    out = []
-    for group in opt.param_groups:
-        for p in group["params"]:
-            if id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-    return out
 
 
 def _split_dict(opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -32,6 +32,7 @@ from memostore.values.hashcache import digest_cache
 
 from .fingerprints import tensor_data_state
 from .hooks import is_hook_dict
+from .params import ordered_params
 
 # Compared by value when no cached digest proves them equal: cheaper than a copy.
 _COMPARE_MAX_BYTES = 1 << 16
@@ -132,8 +133,6 @@ def _same_hooks(old: dict[Any, Any], new: dict[Any, Any]) -> bool:
 def assign_optimizer(
     o: torch.optim.Optimizer, s: torch.optim.Optimizer, plan: Planner, split: Any
 ) -> bool:
-    from .optim import ordered_params
-
     mine, theirs = ordered_params(o), ordered_params(s)
     if len(mine) != len(theirs) or len(o.param_groups) != len(s.param_groups):
         raise NotReplayable(
