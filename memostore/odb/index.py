@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -66,10 +67,20 @@ def index_path(store: Store) -> Path | None:
 
 
 def entry_from_body(evaluation_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-    """The index entry of one evaluation, from its record."""
+    """The index entry of one evaluation, from its record.
+
+    A ``started`` later than now is entered as now: a record pulled from a
+    remote says whatever its writer wrote, and one dated in the future must
+    not rank as the newest evaluation of its function in every listing (``log``,
+    ``show FUNCTION``, the dashboard) from then on. Any record that is true
+    started before it was entered here.
+    """
     entry: dict[str, Any] = {"v": ENTRY_VERSION, "id": evaluation_id}
     for name in _FIELDS:
         entry[name] = body.get(name)
+    started = entry["started"]
+    if isinstance(started, (int, float)) and not started <= (now := time.time()):
+        entry["started"] = now
     error = body.get("error")
     entry["error"] = error.get("type") if isinstance(error, Mapping) else None
     return entry

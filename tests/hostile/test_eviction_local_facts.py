@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
-from memostore.call.evaluation import evaluation_doc
-
 from memostore import Store
 from memostore.odb.objects import Links
+from memostore.records.evaluation import evaluation_doc
 from memostore.remote import push
 
 from .labkit import Lab, lab
@@ -58,3 +57,19 @@ def test_pulled_records_dated_in_the_future_do_not_outrank_the_users_own(
     evicted = {e["id"] for e in report["eviction"]["evicted"]}
     assert evicted == pulled
     assert {i for _, i in Store(lab.victim_store).refs.iter("evals/")} == own
+
+
+def test_pulled_records_dated_in_the_future_are_not_the_newest_in_listings(lab: Lab) -> None:
+    lab.run(lab.attacker_store, "10")
+    pulled = _date_in_the_future(lab.attacker_store)
+    push(Store(lab.attacker_store), str(lab.remote))
+    lab.cli(lab.victim_store, "remote", "add", "team", str(lab.remote))
+    lab.cli(lab.victim_store, "pull", "team")
+    lab.run(lab.victim_store, "1")  # the user's own result, computed after the pull
+    (own,) = {i for _, i in Store(lab.victim_store).refs.iter("evals/")} - pulled
+    # `show FUNCTION` names the function's newest evaluation, and `log` lists it first.
+    shown = json.loads(lab.cli(lab.victim_store, "show", "compute", "--json").stdout)
+    assert shown["id"] == own
+    listed = json.loads(lab.cli(lab.victim_store, "log", "--json").stdout)
+    assert listed[0]["id"] == own
+    assert all(e["started"] < YEAR_3000 for e in listed)

@@ -13,11 +13,10 @@ import struct
 import textwrap
 import zlib
 
-from memostore.call.evaluation import evaluation_doc
-
 from memostore import Store
 from memostore.metrics.columns import MAGIC
 from memostore.odb.objects import KIND_LOGS, Doc, Links, canonical_json
+from memostore.records.evaluation import evaluation_doc
 from memostore.remote import push
 
 from .labkit import VICTIM, Lab, lab
