@@ -1,20 +1,30 @@
 """The ``@memo`` decorator: key a call, return the stored result or compute and store it.
 
-Call flow:
+Call flow (``docs/architecture.md`` walks it with every file):
 
 1. bind the arguments, apply defaults, drop ``ignore``-d ones, key declared
-   paths by content (``paths.py``); add the data globals the code reads;
-2. key = digest(function symbol, code digest of its dependency closure,
-   digest of the arguments and data globals, ``version``) (``keys.py``);
-3. ``refs/evals/<function>/<key>`` names the evaluation; a hit is prepared
-   without changing anything (its RNG condition, result, argument effects:
-   ``hits.py``), then committed. A missing, corrupt or stale (code changed)
-   result, or one that cannot be replayed here, is a miss;
-4. on a miss, store the arguments, run the body inside an evaluation context
-   (for logging) watching the global RNGs, then store the result, the
-   arguments' post-call states and the RNG record, and publish the ref last,
-   so a crash at any point leaves the previous state intact (``recording.py``);
-5. a failure to store warns (:class:`MemostoreWarning`) and returns the result.
+   paths by content (``values/paths.py``); add the data globals the code
+   reads (``effects/arguments.py``);
+2. key = digest(function symbol, code digest of its dependency closure
+   (``code/deps.py``), digest of the arguments and data globals, ``version``)
+   (``records/evaluation.py:call_key``; salted by rank in ``per_rank`` mode:
+   ``ranks.py``); the store comes from ``stores.py``;
+3. a rank of a torch.distributed job hands the call to the group runner
+   (``ranks.py``, then ``distributed/calls.py`` through :class:`MemoSeam`);
+   any other process goes on here;
+4. ``refs/evals/<function>/<key>`` names the evaluation; a hit is prepared
+   without changing anything (its RNG condition: ``rng_conditions.py``; its
+   result, argument effects and RNG states: ``hits.py``), then committed. A
+   missing, corrupt or stale (code changed) result, or one that cannot be
+   replayed here, is a miss;
+5. on a miss, single-flight waits for a live caller of the same call or takes
+   its lease (``single_flight.py``); then store the arguments, run the body
+   inside an evaluation context (``records/context.py``, its metric journal
+   opened: ``metrics/attach.py``) watching the global RNGs
+   (``effects/draws.py``), then store the result, the arguments' post-call
+   states and the RNG record, and publish the ref last, so a crash at any
+   point leaves the previous state intact (``recording.py``);
+6. a failure to store warns (:class:`MemostoreWarning`) and returns the result.
 """
 
 from __future__ import annotations
