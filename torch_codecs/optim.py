@@ -35,7 +35,7 @@ from memostore.values.codecs import Codec
 from .fingerprints import fingerprint_or_none
 from .hooks import encode_hooks, is_hook_dict, restore_hooks
 from .modules import SESSION_PARAMS, param_key
-from .replay import assign_optimizer
+from .replay import assign_optimizer, params_in
 from .summaries import summarize
 
 _OWN_KEYS = frozenset({"defaults", "state", "param_groups"})
@@ -49,14 +49,7 @@ def _is_sched_wrapper(name: str, value: Any) -> bool:
 
 def ordered_params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The optimizer's parameters in ``state_dict`` order (each once)."""
-    seen: set[int] = set()
-    out = []
-    for group in opt.param_groups:
-        for p in group["params"]:
-            if id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-    return out
+    return params_in(opt.param_groups)
 
 
 def _split_dict(opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -37,7 +37,7 @@ from memostore.values.hashcache import digest_cache
 from .blobs import data_nbytes, read_tensor, tensor_producer
 from .dtypes import dtype_from_name, dtype_name
 from .fingerprints import tensor_data_state
-from .replay import assign_tensor, tensor_unchanged
+from .replay import assign_tensor, tensor_memory, tensor_unchanged, tensor_view
 from .summaries import summarize
 
 _SCRATCH_GROUPS = "torch.storage_groups"
@@ -125,6 +125,7 @@ class TensorCodec(Codec):
 
     tag = "torch.tensor"
     types = (torch.Tensor,)
+    identity_leaf = True
 
     # -- encoding ----------------------------------------------------------------------
     def encode(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
@@ -233,6 +234,12 @@ class TensorCodec(Codec):
 
     def assign(self, target: torch.Tensor, source: torch.Tensor, plan: Any) -> bool:
         return assign_tensor(target, source, plan)
+
+    def memory(self, t: torch.Tensor) -> Any:
+        return tensor_memory(t)
+
+    def view(self, base: torch.Tensor, base_layout: Any, layout: Any) -> Any:
+        return tensor_view(base, base_layout, layout)
 
 
 def _blob(t: torch.Tensor, enc: Any) -> str:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..effects import rng
-from ..effects.arguments import Watched, plan_replay, substitute_aliases
-from ..effects.replay import NotReplayable, Planner
+from ..effects.arguments import Watched, plan_replay, resolver, substitute_aliases
+from ..effects.identity import RESULT, Relations
+from ..effects.replay import MISSING, NotReplayable, Planner
 from ..odb.refs import ref_part
 from ..odb.store import Store
 from ..values.decoding import Decoder
@@ -68,6 +69,7 @@ class Hit:
     planner: Planner | None = None
     bindings: list[tuple[Any, str, Any]] = field(default_factory=list)
     rng_states: dict[str, bytes] = field(default_factory=dict)
+    related: bool = False  # the result's relations to the arguments are applied
 
     def commit(self) -> Any:
         """Apply the planned effects and RNG states; return the result to give back."""
@@ -78,7 +80,7 @@ class Hit:
         if self.rng_states:
             rng.restore(self.rng_states)
         aliases = self.body.get("aliases")
-        if aliases and self.watched is not None:
+        if aliases and self.watched is not None and not self.related:
             return substitute_aliases(self.result, aliases, self.watched)
         return self.result
 
@@ -156,12 +158,21 @@ def prepare(
         # Restored objects enter the hash cache first: the planner skips the parts
         # of an argument that the cache proves equal to their post-call state.
         remember(decoder, evaluation_id)
-    if effects:
-        if watched is None:
-            raise NotUsable("its effects on the arguments are not known")
-        hit.planner = Planner()
+    records = body.get("identity")
+    if (effects or records) and watched is None:
+        raise NotUsable("its effects on the arguments are not known")
+    if effects or records:
+        assert watched is not None
+        relations = None
+        if records:
+            relations = Relations(records, resolver(watched), {**sources, RESULT: result})
+        hit.planner = Planner(relations=relations)
         try:
-            hit.bindings = plan_replay(hit.planner, watched, sources, body.get("rebound") or ())
+            if effects:
+                hit.bindings = plan_replay(hit.planner, watched, sources, body.get("rebound") or ())
+            if relations is not None:
+                hit.result = hit.planner.root(RESULT, MISSING, result)
+                hit.related = True
         except NotReplayable as exc:
             raise NotUsable(f"its effects cannot be replayed here ({exc})") from None
     if track_rng and body.get("rng"):

@@ -15,6 +15,7 @@ from ..odb.objects import Doc, canonical_json, digest_bytes
 
 if TYPE_CHECKING:
     from ..effects.arguments import Watched
+    from ..effects.identity import Layout
     from ..values.encoding import Encoder, HashSink
 
 KEY_PREFIX = b"memostore:key:1\n"
@@ -90,6 +91,8 @@ class KeyedCall:
         watched: the arguments and data globals, as keyed (``effects/arguments.py``).
         sink, encoder: what hashing them produced (documents to flush on a miss).
         stored: the evaluation document once a miss has been recorded.
+        layout: where the watched objects stood before the body ran (a miss
+            only; ``effects/identity.py``).
     """
 
     __slots__ = (
@@ -100,6 +103,7 @@ class KeyedCall:
         "encoder",
         "fn",
         "key",
+        "layout",
         "sink",
         "stored",
         "watched",
@@ -125,6 +129,7 @@ class KeyedCall:
         self.args_id = args_id
         self.key = key
         self.stored: Doc | None = None
+        self.layout: Layout | None = None
         self._code_doc: Doc | None = None
 
     @property

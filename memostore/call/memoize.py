@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..effects import rng
+from ..effects import identity, rng
 from ..effects.arguments import MISSING, Watched
 from ..errors import (
     DecodeError,
@@ -456,6 +456,8 @@ class MemoizedFunction:
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
+        if storable:
+            call.layout = identity.layout(call.watched.items)
         rng_frame = rng.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         started = time.time()

@@ -15,7 +15,8 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from ..effects.arguments import alias_paths, changed_names, plan_replay
-from ..effects.replay import NotReplayable, Planner
+from ..effects.identity import RESULT, Relations, relations_of
+from ..effects.replay import MISSING, NotReplayable, Planner
 from ..errors import EncodeError, MemostoreWarning
 from ..lifecycle import last_use
 from ..lifecycle.trigger import after_store
@@ -91,15 +92,40 @@ def _effects(call: KeyedCall) -> tuple[list[str], list[str]]:
 
 
 def _check_replayable(
-    store: Store, effects: dict[str, str], rebound: list[str], call: KeyedCall, payloads: Any
+    store: Store,
+    effects: dict[str, str],
+    rebound: list[str],
+    call: KeyedCall,
+    payloads: Any,
+    records: list[list[Any]],
+    result_id: str,
 ) -> None:
     """Decode the effects just stored and plan their replay, as a hit will (changes nothing)."""
     decoder = Decoder(store.objects, payloads)
     sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}
+    relations = None
+    if records:
+        sources[RESULT] = decoder.decode_value(result_id)
+        assert call.layout is not None
+        relations = Relations(records, call.layout.object_at, sources)
+    planner = Planner(relations=relations)
     try:
-        plan_replay(Planner(), call.watched, sources, rebound)
+        plan_replay(planner, call.watched, {n: sources[n] for n in effects}, rebound)
+        if relations is not None:
+            planner.root(RESULT, MISSING, sources[RESULT])
     except NotReplayable as exc:
         raise NotStorable(f"its effect on {exc}") from exc
+
+
+def _relations(call: KeyedCall, mutated: list[str], rebound: list[str], result: Any) -> list[Any]:
+    """What the body bound anew, moved or viewed, as a hit must repeat (``identity.py``)."""
+    if call.layout is None:
+        return []
+    roots = [
+        (name, call.watched.value_of(name), name in rebound)
+        for name in sorted({*mutated, *rebound})
+    ]
+    return relations_of(call.layout, roots, result)
 
 
 def store_result(
@@ -135,8 +161,9 @@ def store_result(
         finally:
             sink.abort()  # a pack left by a failed encoding (none once it succeeded)
         payloads = dict(sorted({**call.encoder.payloads, **encoder.payloads}.items()))
-        if effects:
-            _check_replayable(store, effects, rebound, call, payloads)
+        records = _relations(call, mutated, rebound, result)
+        if effects or records:
+            _check_replayable(store, effects, rebound, call, payloads, records, result_id)
         fields.update(
             result=result_id,
             result_summary=summarize(result),
@@ -153,6 +180,8 @@ def store_result(
         aliases = alias_paths(result, call.watched.items)
         if aliases:
             fields["aliases"] = aliases
+        if records:
+            fields["identity"] = records
         conditions = {name: before for name, (before, _) in rng_used.items() if before}
         if rng_used:
             fields["rng"] = {
