@@ -17,6 +17,7 @@ from .errors import MemostoreError, MemostoreWarning
 from .odb.store import Store
 from .trust import add_safe_globals
 from .values import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)
+from .values import loggers as _loggers  # registers the logging.Logger codec
 from .values import numpy_codec as _numpy_codec  # registers the ndarray codec
 from .values import paths as _paths  # registers the codec of @memo(files=...) arguments
 from .values.codecs import Codec, register_codec
@@ -46,7 +47,7 @@ __all__ = [
     "snapshot",
 ]
 
-del _numpy_codec, _hf_datasets, _paths
+del _numpy_codec, _hf_datasets, _loggers, _paths
 
 # Metric logging pulls in numpy; load it on first use so that the CLI and
 # scripts that never log start fast.

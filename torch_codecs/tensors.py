@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError, MemostoreWarning
+from memostore.errors import EncodeError, GradientGraphError, MemostoreWarning
 from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
@@ -130,6 +130,13 @@ class TensorCodec(Codec):
     # -- encoding ----------------------------------------------------------------------
     def encode(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
         _check_supported(t)
+        if enc.verify and t.grad_fn is not None:
+            # Storing (not keying): a restored tensor has no graph, so a hit could
+            # not give back what the body returned.
+            raise GradientGraphError(
+                f"a {t.dtype} tensor of shape {list(t.shape)} attached to an autograd "
+                f"graph (grad_fn={type(t.grad_fn).__name__})"
+            )
         cls = type(t)
         node: dict[str, Any] = {
             "dtype": dtype_name(t.dtype),

@@ -468,11 +468,12 @@ class MemoizedFunction:
             context.leave(token)
             if rng_frame is not None:
                 rng.end(rng_frame)
+            status = "error" if isinstance(exc, Exception) else "interrupted"
             if storable and not isinstance(exc, GeneratorExit):
-                status = "error" if isinstance(exc, Exception) else "interrupted"
                 recording.record_failure(store, call, ctx, exc, status, started, t0)
                 with contextlib.suppress(OSError):
                     store.clear_pending(ctx.run_id)
+            ctx.finalize(status)  # done already if recorded; else its journal would stay
             raise
         context.leave(token)
         duration = time.perf_counter() - t0

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..effects.arguments import alias_paths, changed_names, plan_replay
 from ..effects.identity import RESULT, Relations, relations_of
 from ..effects.replay import MISSING, NotReplayable, Planner
-from ..errors import EncodeError, MemostoreWarning
+from ..errors import EncodeError, GradientGraphError, MemostoreWarning
 from ..lifecycle import last_use
 from ..lifecycle.trigger import after_store
 from ..odb import index
@@ -57,6 +57,14 @@ def fix(exc: BaseException, store: Store | None) -> str:
                 "to a writable directory (stored results are still read from it)"
             )
     return ""
+
+
+# Functions already warned that their results hold autograd graphs (once per process).
+_graph_warned: set[str] = set()
+
+
+def _named(name: str, call: KeyedCall) -> str:
+    return f"the global {name}" if name in call.watched.globals else f"argument {name!r}"
 
 
 class NotStorable(Exception):
@@ -148,16 +156,20 @@ def store_result(
         sink = StoreSink(store.objects)
         encoder = Encoder(sink, verify=True)
         try:
-            result_id = encoder.encode_value(result)
             try:
-                effects = {
-                    name: encoder.encode_value(call.watched.value_of(name))
-                    for name in (*mutated, *rebound)
-                }
-            except EncodeError as exc:
-                raise NotStorable(
-                    f"the state it left in an argument cannot be stored ({exc})"
-                ) from exc
+                result_id = encoder.encode_value(result)
+            except GradientGraphError as exc:
+                raise GradientGraphError(f"its result holds {exc}") from exc
+            effects = {}
+            for name in (*mutated, *rebound):
+                try:
+                    effects[name] = encoder.encode_value(call.watched.value_of(name))
+                except GradientGraphError as exc:
+                    raise GradientGraphError(f"it left {_named(name, call)} holding {exc}") from exc
+                except EncodeError as exc:
+                    raise NotStorable(
+                        f"the state it left in an argument cannot be stored ({exc})"
+                    ) from exc
         finally:
             sink.abort()  # a pack left by a failed encoding (none once it succeeded)
         payloads = dict(sorted({**call.encoder.payloads, **encoder.payloads}.items()))
@@ -195,6 +207,17 @@ def store_result(
         if conditions:
             refs.insert(0, rng_ref_name(symbol, call.key, conditions))
         doc = publish(store, fields, ctx, refs)
+    except GradientGraphError as exc:
+        ctx.finalize("ok")
+        if symbol not in _graph_warned:
+            _graph_warned.add(symbol)
+            warn(
+                f"{symbol} is not memoised: {exc}, and a stored copy would come back "
+                "detached, so that gradients would not reach what made it. Its calls run "
+                "every time (this is said once). Call .detach() inside the function on what "
+                "it returns (or keeps), or memoise only the part that needs no gradients"
+            )
+        return
     except NotStorable as exc:
         ctx.finalize("ok")
         warn(
@@ -203,6 +226,7 @@ def store_result(
         )
         return
     except Exception as exc:
+        ctx.finalize("ok")  # else its journal stays behind, and is later taken for a crash
         warn(
             f"could not store the result of {symbol} ({type(exc).__name__}: {exc})"
             f"{fix(exc, store)}; it is returned unstored and the next call will compute it "
@@ -237,6 +261,7 @@ def record_failure(
         fields.update(ctx.finalize(status))
         publish(store, fields, ctx, [failed_ref_name(call.fn.symbol, call.key)])
     except Exception as record_exc:
+        ctx.finalize(status)
         warn(
             f"could not record the failure of {call.fn.symbol}: {record_exc}"
             f"{fix(record_exc, store)}"

@@ -108,7 +108,7 @@ _slot_names: dict[type, tuple[str, ...]] = {}
 def is_plain(obj: Any) -> bool:
     """Whether *obj*'s identity never matters: atoms, code, and tuples of such values."""
     cls = type(obj)
-    if cls in _ATOMIC or isinstance(obj, _OPAQUE):
+    if _kind(cls, registry) == _PLAIN:
         return True
     if (cls is tuple or cls is frozenset) and len(obj) <= 16:
         return all(is_plain(x) for x in obj)
@@ -135,7 +135,9 @@ def _kind(cls: type, codecs: CodecRegistry) -> int:
         found = _LEAF
     else:
         codec = None if cls.__module__ == "builtins" else codecs.for_type(cls)
-        if codec is not None and type(codec).memory is not Codec.memory:
+        if codec is not None and codec.by_reference:
+            found = _PLAIN
+        elif codec is not None and type(codec).memory is not Codec.memory:
             found = _MEMORY
         elif codec is not None and codec.identity_leaf:
             found = _LEAF

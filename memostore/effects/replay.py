@@ -162,6 +162,8 @@ class Planner:
         try:
             codec = self.codecs.for_type(cls)
             if codec is not None:
+                if codec.by_reference:
+                    return source
                 relations = self.relations
                 below = relations is not None and path is not None and path in relations.below
                 if not below and codec.unchanged(target, source):

@@ -52,6 +52,10 @@ class Codec:
     # objects they hold are not followed when the identity of objects is compared
     # before and after a call (``effects/identity.py``).
     identity_leaf: ClassVar[bool] = False
+    # Values that stand for a process-wide object found by name (a logger): a
+    # replay binds the restored one, never changes the caller's in place, and
+    # their identity is their name.
+    by_reference: ClassVar[bool] = False
 
     def encode(self, obj: Any, enc: Encoder) -> dict[str, Any]:
         """Return the node's fields (the encoder adds ``"$": tag``)."""
