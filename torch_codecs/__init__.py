@@ -56,6 +56,11 @@ def register(registry: Any) -> None:
 
     register_rng(TorchRNG())
     register_rng(CudaRNG())
+    from memostore.effects.process import register_setting
+
+    from .settings import register_settings
+
+    register_settings(register_setting)
     # Before any digest is cached: writes that move no version counter are seen from now on.
     install()
 

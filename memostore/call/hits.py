@@ -8,12 +8,14 @@ evaluation that cannot be used (its RNG condition does not hold, an effect
 cannot be replayed, an object is missing or damaged) is therefore a miss that
 has changed nothing.
 
-RNG condition: an evaluation whose body drew from a global RNG is the answer
-of a call only while that RNG is in the state the body started from. The
-call's ref names the newest evaluation of the key; each one that drew from an
-RNG is also named by ``rng/<function>/<condition>``, where the condition is
-the key plus the digests of the states it started from, so several starting
-states of one call can all be kept.
+Conditions: an evaluation whose body drew from a global RNG is the answer
+of a call only while that RNG is in the state the body started from, and one
+whose body read environment variables only while they hold the values it
+read (``effects/process.py``). The call's ref names the newest evaluation of
+the key; each one with a condition is also named by
+``rng/<function>/<condition>``, where the condition is the key plus the
+digests of the RNG states it started from (and the variables it read), so
+several starting states of one call can all be kept.
 """
 
 from __future__ import annotations
@@ -22,15 +24,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..effects import rng
+from ..effects import process, rng
 from ..effects.arguments import Watched, plan_replay, resolver, substitute_aliases
 from ..effects.identity import RESULT, Relations
 from ..effects.replay import MISSING, NotReplayable, Planner
+from ..odb.objects import canonical_json, digest_bytes
 from ..odb.refs import ref_part
 from ..odb.store import Store
 from ..values.decoding import Decoder
 
-__all__ = ["Hit", "NotUsable", "prepare", "rng_condition", "rng_ref_name"]
+__all__ = [
+    "Hit",
+    "NotUsable",
+    "condition_ref_name",
+    "matching_evaluation",
+    "prepare",
+    "rng_condition",
+    "rng_ref_name",
+]
 
 
 class NotUsable(Exception):
@@ -73,6 +84,7 @@ class Hit:
 
     def commit(self) -> Any:
         """Apply the planned effects and RNG states; return the result to give back."""
+        process.note_environ(self.body.get("environ"))  # for a body this hit runs inside
         if self.planner is not None:
             self.planner.commit()
         for namespace, name, value in self.bindings:
@@ -98,26 +110,71 @@ def _rng_usable(body: dict[str, Any]) -> bool:
     return rng.current_digests(conditions) == conditions
 
 
+def _environ_differs(body: dict[str, Any]) -> list[str]:
+    """The environment variables the body read that hold another value now."""
+    recorded = body.get("environ")
+    if not recorded:
+        return []
+    now = process.current_environ(recorded)
+    return [name for name, value in recorded.items() if now.get(name) != value]
+
+
+def condition_ref_name(
+    function: str, key: str, digests: dict[str, str], environ: dict[str, Any] | None
+) -> str:
+    """The ref naming the evaluation of *key* that started from these RNG states and variables.
+
+    Without environment variables, the name :func:`rng_ref_name` gives (an RNG-only
+    condition); with them, a digest of the key, the RNG states and the variables.
+    """
+    if not environ:
+        return rng_ref_name(function, key, digests)
+    condition = {"key": key, "rng": digests, "environ": environ}
+    return f"rng/{ref_part(function)}/{digest_bytes(_CONDITION_PREFIX + canonical_json(condition))}"
+
+
+_CONDITION_PREFIX = b"memostore:condition:1\n"
+
+
 def matching_evaluation(
-    store: Store, evaluation_id: str, body: dict[str, Any], function: str, key: str
+    store: Store,
+    evaluation_id: str,
+    body: dict[str, Any],
+    function: str,
+    key: str,
+    track_rng: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """The evaluation of this key whose RNG condition holds now (NotUsable if none).
+    """The evaluation of this key whose RNG and environment conditions hold now (else NotUsable).
 
     *evaluation_id* is the one the call's ref names; another, made from other
-    RNG states, may be named by the RNG-specific ref of the states now.
+    RNG states or environment variables, may be named by the condition ref of
+    the states now.
     """
-    if _rng_usable(body):
+
+    def usable(b: dict[str, Any]) -> bool:
+        return (not track_rng or _rng_usable(b)) and not _environ_differs(b)
+
+    if usable(body):
         return evaluation_id, body
-    conditions = _conditions(body)
-    names = ", ".join(sorted(conditions))
-    other_state = NotUsable(
-        f"the global RNG ({names}) is in another state than the stored call started from",
-        warn=False,
-    )
-    now = rng.current_digests(conditions)
+    conditions = _conditions(body) if track_rng else {}
+    if conditions and not _rng_usable(body):
+        names = ", ".join(sorted(conditions))
+        other_state = NotUsable(
+            f"the global RNG ({names}) is in another state than the stored call started from",
+            warn=False,
+        )
+    else:
+        names = ", ".join(_environ_differs(body))
+        other_state = NotUsable(
+            f"the environment variable {names} the stored call read has another value now",
+            warn=False,
+        )
+    now = rng.current_digests(conditions) if conditions else {}
     if now is None:
         raise other_state
-    other = store.refs.read(rng_ref_name(function, key, now))
+    recorded = body.get("environ") or {}
+    environ = process.current_environ(recorded) if recorded else None
+    other = store.refs.read(condition_ref_name(function, key, now, environ))
     if other is None or other == evaluation_id:
         raise other_state
     other_body = store.evaluation(other).body
@@ -125,7 +182,7 @@ def matching_evaluation(
     if (
         other_body.get("function") != function
         or other_body.get("key") != key
-        or not _rng_usable(other_body)
+        or not usable(other_body)
     ):
         raise other_state
     return other, other_body
@@ -147,6 +204,13 @@ def prepare(
     """
     if body.get("status") != "ok" or body.get("result") is None:
         raise NotUsable(f"the stored call ended with status {body.get('status')!r}", warn=False)
+    differs = _environ_differs(body)
+    if differs:
+        raise NotUsable(
+            f"the environment variable {', '.join(differs)} the stored call read has another "
+            "value now",
+            warn=False,
+        )
     if before_decode is not None:
         before_decode(body)
     decoder = Decoder(store.objects, body.get("payloads") or {})

@@ -9,6 +9,7 @@ does, so ``f(1)`` and ``f(1, b=2)`` with ``b=2`` the default key alike.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..odb.objects import Doc, canonical_json, digest_bytes
@@ -21,18 +22,31 @@ if TYPE_CHECKING:
 KEY_PREFIX = b"memostore:key:1\n"
 
 
-def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
+def call_key(
+    function: str,
+    code_digest: str,
+    args_id: str,
+    version: str | None,
+    settings: Mapping[str, Any] | None = None,
+) -> str:
     """The call key: a digest of what determines the result (``docs/format.md``)."""
-    return key_with(key_tail(function, version), code_digest, args_id)
+    return key_with(key_tail(function, version, settings), code_digest, args_id)
 
 
-def key_tail(function: str, version: str | None) -> bytes:
+def key_tail(
+    function: str, version: str | None, settings: Mapping[str, Any] | None = None
+) -> bytes:
     """The canonical JSON of the key's payload from "function" on.
 
-    Constant per memoised function, so a call only formats the two digests in
-    front of it.
+    Constant per memoised function (and process settings), so a call only
+    formats the two digests in front of it. *settings* are the process-wide
+    settings that differ from their defaults (``effects/process.py``); with
+    none, the key is what it was before settings were keyed.
     """
-    payload = canonical_json({"function": function, "version": version})
+    fields: dict[str, Any] = {"function": function, "version": version}
+    if settings:
+        fields["settings"] = dict(settings)
+    payload = canonical_json(fields)
     return b"," + payload[1:]
 
 
@@ -93,6 +107,8 @@ class KeyedCall:
         stored: the evaluation document once a miss has been recorded.
         layout: where the watched objects stood before the body ran (a miss
             only; ``effects/identity.py``).
+        settings: the process settings in the key (``effects/process.py``).
+        environ: the environment variables the body read (a miss only).
     """
 
     __slots__ = (
@@ -101,9 +117,11 @@ class KeyedCall:
         "arguments",
         "code",
         "encoder",
+        "environ",
         "fn",
         "key",
         "layout",
+        "settings",
         "sink",
         "stored",
         "watched",
@@ -119,6 +137,7 @@ class KeyedCall:
         encoder: Encoder,
         args_id: str,
         key: str,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         self.arguments = arguments
@@ -130,6 +149,8 @@ class KeyedCall:
         self.key = key
         self.stored: Doc | None = None
         self.layout: Layout | None = None
+        self.settings = settings or {}
+        self.environ: dict[str, str | None] = {}
         self._code_doc: Doc | None = None
 
     @property

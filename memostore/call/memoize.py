@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..effects import identity, rng
+from ..effects import identity, process, rng
 from ..effects.arguments import MISSING, Watched
 from ..errors import (
     DecodeError,
@@ -195,8 +195,10 @@ class MemoizedFunction:
             if len(watched.items) == len(arguments) or not self._skip_unkeyable(watched):
                 raise  # an argument itself cannot be keyed: the caller must know
             return self._prepare(args, kwargs)
-        key = ranks.rank_key(self._distributed, key_with(self._key_tail, code.digest, args_id))
-        return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key)
+        settings = process.settings()
+        tail = key_tail(self.symbol, self._version, settings) if settings else self._key_tail
+        key = ranks.rank_key(self._distributed, key_with(tail, code.digest, args_id))
+        return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key, settings)
 
     def _skip_unkeyable(self, watched: Watched) -> bool:
         """Leave out of the key the data globals that cannot be encoded; any found?
@@ -304,15 +306,16 @@ class MemoizedFunction:
                 call.code.digest,
                 call.code_doc,
                 docs=call.sink.docs,
+                settings=call.settings,
             )
         except Exception as exc:  # a reason is a courtesy: never fail the call for it
             return f"no stored call with this key ({type(exc).__name__})"
 
     def _prepare_hit(self, store: Store, evaluation_id: str, call: KeyedCall) -> hits.Hit:
         body = store.evaluation(evaluation_id).body
-        if self._track_rng and body.get("rng"):
+        if (self._track_rng and body.get("rng")) or body.get("environ"):
             evaluation_id, body = hits.matching_evaluation(
-                store, evaluation_id, body, self.symbol, call.key
+                store, evaluation_id, body, self.symbol, call.key, self._track_rng
             )
         # Heal before the decode: the restore ends by starting the background check
         # of mapped tensors (torch_codecs), which then shares the machine with
@@ -458,6 +461,7 @@ class MemoizedFunction:
             )
         if storable:
             call.layout = identity.layout(call.watched.items)
+        environ = process.begin_environ() if storable else None
         rng_frame = rng.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         started = time.time()
@@ -468,6 +472,8 @@ class MemoizedFunction:
             context.leave(token)
             if rng_frame is not None:
                 rng.end(rng_frame)
+            if environ is not None:
+                process.end_environ(environ)
             status = "error" if isinstance(exc, Exception) else "interrupted"
             if storable and not isinstance(exc, GeneratorExit):
                 recording.record_failure(store, call, ctx, exc, status, started, t0)
@@ -477,6 +483,8 @@ class MemoizedFunction:
             raise
         context.leave(token)
         duration = time.perf_counter() - t0
+        if environ is not None:
+            call.environ = process.end_environ(environ)
         if storable:
             rng_used = rng.end(rng_frame) if rng_frame is not None else {}
             recording.store_result(store, call, ctx, result, started, duration, rng_used)

@@ -27,7 +27,7 @@ from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
 from . import context
 from .evaluation import error_record, eval_ref_name, evaluation_doc, failed_ref_name, summarize
-from .hits import rng_ref_name
+from .hits import condition_ref_name
 from .provenance import provenance
 
 if TYPE_CHECKING:
@@ -202,10 +202,14 @@ def store_result(
             }
             for name, before in conditions.items():
                 fields["rng"][name]["before"] = before
+        if call.settings:
+            fields["settings"] = dict(call.settings)
+        if call.environ:
+            fields["environ"] = dict(call.environ)
         fields.update(ctx.finalize("ok"))
         refs = [eval_ref_name(symbol, call.key)]
-        if conditions:
-            refs.insert(0, rng_ref_name(symbol, call.key, conditions))
+        if conditions or call.environ:
+            refs.insert(0, condition_ref_name(symbol, call.key, conditions, call.environ))
         doc = publish(store, fields, ctx, refs)
     except GradientGraphError as exc:
         ctx.finalize("ok")

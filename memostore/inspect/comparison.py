@@ -306,6 +306,7 @@ def miss_reason(
     code_digest: str,
     code_doc: Doc | None,
     docs: Mapping[str, Doc] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
     """Why a call missed, in one line, compared with the newest evaluation of *function*.
 
@@ -324,6 +325,7 @@ def miss_reason(
             arguments, hashed before the miss stores them: a ``HashSink``'s
             ``docs``); without them, arguments not stored yet give only
             ``"args changed"``.
+        settings: the process settings in the call's key (``effects/process.py``).
 
     Returns:
         E.g. ``"first call"``, ``"lr changed"``, ``"lr, epochs changed"``,
@@ -352,6 +354,18 @@ def miss_reason(
                 parts.append(f"{_listing(paths)} changed")
             else:
                 parts.append(f"args changed: {_listing(paths)}")
+        stored_settings = body.get("settings") or {}
+        if settings is not None and stored_settings != dict(settings):
+            changed = sorted(set(stored_settings) | set(settings))
+            parts.append(
+                "process settings changed: "
+                + ", ".join(
+                    f"{name} {stored_settings.get(name, 'default')} -> "
+                    f"{settings.get(name, 'default')}"
+                    for name in changed
+                    if stored_settings.get(name) != settings.get(name)
+                )
+            )
         if not parts:
             status = body.get("status")
             if status != "ok":
