@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 import os
+import sys
 import threading
 import time
 import types
@@ -64,6 +65,13 @@ def _load_call_modules() -> None:
     global single_flight, ranks
     from ..distributed import calls as ranks
     from . import single_flight
+
+    if "torch" in sys.modules:
+        # torch is in use: its codec package watches, from now on, what writes
+        # tensors unseen (``torch.from_numpy`` over an array the program keeps).
+        from ..values.codecs import registry
+
+        registry.load_entry_points()
 
 
 __all__ = ["MemoizedFunction", "call_key", "memo"]
