@@ -27,6 +27,7 @@ def register(registry: Any) -> None:
     from .data import DATA_CODECS
     from .dtypes import DtypeCodec, MemoryFormatCodec
     from .exposure import install
+    from .hooks import WrappedHookCodec
     from .loaders import DataLoaderCodec
     from .modules import ModuleCodec
     from .optim import OptimizerCodec
@@ -44,6 +45,7 @@ def register(registry: Any) -> None:
         GeneratorCodec(),
         DtypeCodec(),
         MemoryFormatCodec(),
+        WrappedHookCodec(),
     ]
     for codec in codecs:
         registry.register(codec)

@@ -152,7 +152,9 @@ class Planner:
         if cls in _ATOMS or isinstance(source, _OPAQUE):
             return source
         if type(target) is not cls:
-            return self.whole(source, path)
+            codec = None if cls.__module__ == "builtins" else self.codecs.for_type(cls)
+            if codec is None or not codec.same_type(target, source):
+                return self.whole(source, path)
         key = id(target)
         if key in self._done:
             return self._done[key]

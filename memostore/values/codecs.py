@@ -119,6 +119,14 @@ class Codec:
         """
         return None
 
+    def same_type(self, target: Any, source: Any) -> bool:
+        """Whether *target* may be updated from *source* although their types differ.
+
+        False (the default): a replay binds *source* instead. True where a class
+        is made per object at run time (a parametrized module's).
+        """
+        return False
+
     def assign(self, target: Any, source: Any, plan: Planner) -> bool:
         """Plan making *target* equal to *source* in place (``effects/replay.py``).
 
