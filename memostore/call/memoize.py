@@ -301,6 +301,8 @@ class MemoizedFunction:
             # The lease (if held) goes once the evaluation is recorded, result or failure.
             if verbose.enabled():
                 verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
+            elif hit == "":
+                recording.name_weight_miss(store, call)  # no stored call of this key at all
             return self._compute(store, call, args, kwargs)
 
     def _miss_reason(self, store: Store, call: KeyedCall) -> str:

@@ -67,6 +67,39 @@ def _named(name: str, call: KeyedCall) -> str:
     return f"the global {name}" if name in call.watched.globals else f"argument {name!r}"
 
 
+# Functions whose first miss in this process was checked for unseeded weights.
+_weights_checked: set[str] = set()
+
+
+def name_weight_miss(store: Store, call: KeyedCall) -> None:
+    """Warn, once per function, when a miss differs from a stored call only in tensor values.
+
+    A model built from an unseeded RNG before the call has other weights in
+    every process, so the call misses every time; said at the default
+    verbosity (``MEMOSTORE_VERBOSE=1`` says why each call misses).
+    """
+    symbol = call.fn.symbol
+    if symbol in _weights_checked:
+        return
+    _weights_checked.add(symbol)
+    try:
+        from ..inspect.comparison import tensor_value_changes
+
+        paths = tensor_value_changes(
+            store, symbol, call.args_id, call.code.digest, docs=call.sink.docs
+        )
+    except Exception:  # a courtesy: never fail the call for it
+        return
+    if paths:
+        shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        warn(
+            f"{symbol} runs again: its arguments differ from the stored call's only in the "
+            f"values of tensors ({shown}). If they are made from an unseeded RNG (a model "
+            "built before torch.manual_seed), they differ in every process and the call "
+            "never hits: seed before making them"
+        )
+
+
 class NotStorable(Exception):
     """The call's effects cannot be kept: its result is returned unstored (the message says why)."""
 

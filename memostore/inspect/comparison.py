@@ -288,6 +288,38 @@ def _listing(names: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+def tensor_value_changes(
+    store: Store,
+    function: str,
+    args_id: str,
+    code_digest: str,
+    docs: Mapping[str, Doc] | None = None,
+) -> list[str]:
+    """Where the call's arguments differ from the newest stored call's, if only in tensor values.
+
+    Empty unless that call has the same code and every difference is the values
+    of a tensor of the same shape and dtype (a model's weights, made anew in
+    each process from an unseeded RNG, say). Cheap as :func:`miss_reason`.
+    """
+    newest = _newest_evaluation(store, function)
+    if newest is None:
+        return []
+    body = store.evaluation(newest).body
+    if body.get("code_digest") != code_digest or body.get("args") == args_id:
+        return []
+    differ = NodeDiffer(store.objects, docs=docs, numeric=False, summaries=False)
+    changes = argument_changes(differ, body.get("args"), args_id)
+    fields = [(name, f) for name, change in changes.items() for f in change.get("fields") or ()]
+    if not changes or any(
+        change.get("change") != "changed" or change.get("more") or not change.get("fields")
+        for change in changes.values()
+    ):
+        return []
+    if not all(f.get("change") == "changed" and f.get("tensor") for _, f in fields):
+        return []
+    return [name + (f.get("path") or "") for name, f in fields]
+
+
 def _newest_evaluation(store: Store, function: str) -> str | None:
     """The newest successful evaluation of *function*, else its newest failed one."""
     from .revisions import listed_evaluations
