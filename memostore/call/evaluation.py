@@ -22,6 +22,11 @@ An evaluation document's body (``docs/format.md``)::
                state after the call, for those the body changed (absent if none)
     rebound    names of data globals the body bound to another object (absent if none)
     aliases    result path -> argument name, where the result is an argument itself
+               (read only without ``identity``)
+    identity   where the body bound anew, moved, shared or viewed objects
+               (``effects/identity.py``)
+    settings   process settings in the key (``effects/process.py``)
+    environ    environment variables the body read -> value (null: unset)
     rng        RNG name -> {"before": digest of the state the body started from,
                "after": blob id of the state it left}, for global RNGs it drew from
 """

@@ -145,17 +145,29 @@ def _check_replayable(
     decoder = Decoder(store.objects, payloads)
     sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}
     relations = None
+    # A result that is an argument itself (``return model``) needs no decoding here:
+    # the argument's own effect, if any, is what a hit updates.
+    check_result = any(_about_result(record) for record in records)
     if records:
-        sources[RESULT] = decoder.decode_value(result_id)
+        if check_result:
+            sources[RESULT] = decoder.decode_value(result_id)
         assert call.layout is not None
         relations = Relations(records, call.layout.object_at, sources)
     planner = Planner(relations=relations)
     try:
         plan_replay(planner, call.watched, {n: sources[n] for n in effects}, rebound)
-        if relations is not None:
+        if check_result:
             planner.root(RESULT, MISSING, sources[RESULT])
     except NotReplayable as exc:
         raise NotStorable(f"its effect on {exc}") from exc
+
+
+def _about_result(record: list[Any]) -> bool:
+    """Whether *record* needs the stored result to be checked (not just ``return argument``)."""
+    path = record[0]
+    if path[0] == RESULT and (len(path) > 1 or record[1] != "pre"):
+        return True
+    return record[1] in ("same", "view") and record[2][0] == RESULT
 
 
 def _relations(call: KeyedCall, mutated: list[str], rebound: list[str], result: Any) -> list[Any]:

@@ -13,9 +13,12 @@ Globals are watched the same way, and one more effect is possible for them:
 the body may bind the name to another object (``global best; best = ...``),
 which a hit repeats with the restored object.
 
-Identity between the result and the arguments is kept too: a result that *is*
-an argument (``return model``), or a tuple, list or dict of results some of
-which are, gives the caller's own objects back on a hit, as the miss did.
+Identity between the result and the arguments is kept too (``identity.py``):
+a result that *is* an argument (``return model``) or a part of one gives the
+caller's own objects back on a hit, as the miss did; where the body bound a
+new object into an argument, a hit binds a new restored one there. (Evaluations
+stored before identity was recorded name only results that are arguments:
+:func:`alias_paths`.)
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..values.codecs import Codec, CodecRegistry, Memory, registry
-from .replay import KEY_TYPES, MISSING, NotReplayable
+from .replay import MISSING, NotReplayable, nameable
 
 if TYPE_CHECKING:
     from .replay import Planner
@@ -168,14 +168,14 @@ def children(obj: Any, codecs: CodecRegistry = registry) -> Iterator[tuple[Step,
         yield from ((("i", i), x) for i, x in enumerate(obj))
         return
     if kind == _MAPPING:
-        yield from ((("k", k), v) for k, v in obj.items() if type(k) in KEY_TYPES)
+        yield from ((("k", k), v) for k, v in obj.items() if nameable(k))
         return
     if kind != _OBJECT:
         return
     if isinstance(obj, (list, tuple)):
         yield from ((("i", i), x) for i, x in enumerate(obj))
     elif isinstance(obj, dict):
-        yield from ((("k", k), v) for k, v in obj.items() if type(k) in KEY_TYPES)
+        yield from ((("k", k), v) for k, v in obj.items() if nameable(k))
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
         yield from ((("a", name), v) for name, v in list(attrs.items()) if type(name) is str)

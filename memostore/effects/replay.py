@@ -45,7 +45,7 @@ from typing import Any
 
 from ..values.codecs import CodecRegistry, registry
 
-__all__ = ["KEY_TYPES", "MISSING", "NotReplayable", "Planner", "key_step"]
+__all__ = ["KEY_TYPES", "MISSING", "NotReplayable", "Planner", "key_step", "nameable"]
 
 # Dict keys a path can name (others: the entry is planned, its place not tracked).
 KEY_TYPES = frozenset({str, int, bool, type(None)})
@@ -53,9 +53,18 @@ Step = tuple[str, Any]
 Path = tuple[Any, ...]
 
 
+def nameable(key: Any) -> bool:
+    """Whether a dict key can name an entry in a path (JSON: str, bool, None, safe ints)."""
+    cls = type(key)
+    return cls in KEY_TYPES and (cls is not int or -_JSON_INT < key < _JSON_INT)
+
+
+_JSON_INT = 1 << 53
+
+
 def key_step(key: Any) -> Step | None:
     """The path step of a dict entry, or None when its key cannot be named in a path."""
-    return ("k", key) if type(key) in KEY_TYPES else None
+    return ("k", key) if nameable(key) else None
 
 
 MISSING: Any = object()
