@@ -64,6 +64,10 @@ def register_settings(register: Callable[[str, Callable[[], Any], Any], None]) -
     register("torch.default_dtype", _default_dtype, "float32")
     register("torch.default_device", _default_device, "cpu")
     register("torch.float32_matmul_precision", torch.get_float32_matmul_precision, "highest")
+    # Whether results carry autograd graphs: a result made under no_grad is not what a
+    # call with gradients on would return (one with a graph is never stored).
+    register("torch.grad_enabled", torch.is_grad_enabled, True)
+    register("torch.inference_mode", torch.is_inference_mode_enabled, False)
     getters = {
         "torch.deterministic_algorithms": ("_get_deterministic_algorithms", False),
         "torch.backends.cudnn.enabled": ("_get_cudnn_enabled", True),

@@ -38,7 +38,9 @@ records while ``replay.Planner`` plans a hit. The walk follows ``__dict__``
 and ``__slots__`` attributes, list and tuple items and the entries of dicts
 under str, int, bool or None keys; a codec's :attr:`identity_leaf` values
 (tensors) are not entered. Past :data:`LAYOUT_MAX` objects, the objects not
-yet reached are not compared, and are updated in place as before.
+yet reached are not compared, and are updated in place as before; past
+65,536 objects after the call (a large new result), no more relations are
+recorded.
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ __all__ = [
 RESULT = ""
 # Objects a layout notes at most; the rest are updated in place, as before.
 LAYOUT_MAX = 1 << 14
+# Objects the walk after the call enters at most (a large new result): past it,
+# no more relations are recorded (what lies further restores as stored).
+_WALK_MAX = 1 << 16
 
 Step = tuple[str, Any]
 Path = tuple[Any, ...]
@@ -418,6 +423,7 @@ class _Walk:
         self.keep: list[Any] = []  # the new objects, alive while their ids are keys
         self.seen: set[int] = set()
         self.stack: list[tuple[Any, Path, bool]] = []
+        self.visited = 0
 
     def _record(self, path: Path, kind: str, *more: Any) -> None:
         self.records.append([_json_path(path), kind, *more])
@@ -430,8 +436,9 @@ class _Walk:
             self._descend(value, path, True)
         else:
             self._place(value, path, None)
-        while self.stack:
+        while self.stack and self.visited < _WALK_MAX:
             parent, where, parent_in_place = self.stack.pop()
+            self.visited += 1
             for step, value in children(parent, self.codecs):
                 if not is_plain(value):
                     held = self.before.held(parent, step) if parent_in_place else None
