@@ -12,10 +12,11 @@ Conditions: an evaluation whose body drew from a global RNG is the answer
 of a call only while that RNG is in the state the body started from, and one
 whose body read environment variables only while they hold the values it
 read (``effects/process.py``). The call's ref names the newest evaluation of
-the key; each one with a condition is also named by
+the key; each one with an RNG condition is also named by
 ``rng/<function>/<condition>``, where the condition is the key plus the
 digests of the RNG states it started from (and the variables it read), so
-several starting states of one call can all be kept.
+several starting states of one call can all be kept; one with only variables
+is named so once the key was stored with other values (``recording.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 
 from ..effects import process, rng
 from ..effects.arguments import Watched, plan_replay, resolver, substitute_aliases
-from ..effects.identity import RESULT, Relations
+from ..effects.places import RESULT
+from ..effects.relations import Relations
 from ..effects.replay import MISSING, NotReplayable, Planner
 from ..odb.objects import canonical_json, digest_bytes
 from ..odb.refs import ref_part

@@ -15,7 +15,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from ..effects.arguments import alias_paths, changed_names, plan_replay
-from ..effects.identity import RESULT, Relations, relations_of
+from ..effects.identity import relations_of
+from ..effects.places import RESULT
+from ..effects.relations import Relations
 from ..effects.replay import MISSING, NotReplayable, Planner
 from ..errors import EncodeError, GradientGraphError, MemostoreWarning
 from ..lifecycle import last_use
@@ -162,6 +164,32 @@ def _check_replayable(
         raise NotStorable(f"its effect on {exc}") from exc
 
 
+def _environ_varies(store: Store, call: KeyedCall) -> bool:
+    """Whether this key was stored with other environment values: keep both, by condition.
+
+    A call whose body read environment variables is named by its condition ref
+    (as a call that drew from an RNG is) only once a value differs between
+    calls of its key: most such reads (a data directory, a flag) never change,
+    and one ref per key is enough for them. The evaluation stored before, with
+    the other values, gets its condition ref now too (unless it has one).
+    """
+    try:
+        previous = store.refs.read(eval_ref_name(call.fn.symbol, call.key))
+        if previous is None:
+            return False
+        body = store.evaluation(previous).body
+    except Exception:
+        return False  # a damaged ref or record: nothing to keep beside
+    environ = body.get("environ")
+    if not environ or environ == call.environ or body.get("key") != call.key:
+        return False
+    rng_conditions = {n: r["before"] for n, r in (body.get("rng") or {}).items() if r.get("before")}
+    if not rng_conditions:  # one with RNG conditions was named by its condition already
+        name = condition_ref_name(call.fn.symbol, call.key, rng_conditions, environ)
+        store.refs.set(name, previous)
+    return True
+
+
 def _about_result(record: list[Any]) -> bool:
     """Whether *record* needs the stored result to be checked (not just ``return argument``)."""
     path = record[0]
@@ -253,7 +281,7 @@ def store_result(
             fields["environ"] = dict(call.environ)
         fields.update(ctx.finalize("ok"))
         refs = [eval_ref_name(symbol, call.key)]
-        if conditions or call.environ:
+        if conditions or (call.environ and _environ_varies(store, call)):
             refs.insert(0, condition_ref_name(symbol, call.key, conditions, call.environ))
         doc = publish(store, fields, ctx, refs)
     except GradientGraphError as exc:

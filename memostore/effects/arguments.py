@@ -29,7 +29,7 @@ from typing import Any
 
 from ..odb.objects import canonical_json
 from ..values.encoding import Encoder, HashSink
-from .identity import navigate
+from .places import navigate
 from .replay import MISSING, NotReplayable, Planner
 
 __all__ = [

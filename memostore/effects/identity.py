@@ -33,8 +33,8 @@ the body did not leave an object in the place it was in:
     a new tensor or array over the memory of one from before the call: a hit
     makes the same view of the caller's own.
 
-Everything else, a hit updates in place. :class:`Relations` applies the
-records while ``replay.Planner`` plans a hit. The walk follows ``__dict__``
+Everything else, a hit updates in place. ``relations.Relations`` applies the
+records while ``replay.Planner`` plans a hit (paths: ``places.py``). The walk follows ``__dict__``
 and ``__slots__`` attributes, list and tuple items and the entries of dicts
 under str, int, bool or None keys; a codec's :attr:`identity_leaf` values
 (tensors) are not entered. Past :data:`LAYOUT_MAX` objects, the objects not
@@ -45,213 +45,37 @@ recorded.
 
 from __future__ import annotations
 
-import enum
 import gc
-import types
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..values.codecs import Codec, CodecRegistry, Memory, registry
-from .replay import MISSING, NotReplayable, nameable
+from ..values.codecs import CodecRegistry, Memory, registry
+from .places import (
+    KINDS,
+    MEMORY,
+    PLAIN,
+    RESULT,
+    Path,
+    Step,
+    children,
+    describe,
+    is_plain,
+    kind_of,
+    memory_of,
+    to_json,
+)
+from .replay import MISSING, NotReplayable
 
-if TYPE_CHECKING:
-    from .replay import Planner
+__all__ = ["LAYOUT_MAX", "Layout", "layout", "relations_of"]
 
-__all__ = [
-    "LAYOUT_MAX",
-    "RESULT",
-    "Layout",
-    "Relations",
-    "children",
-    "layout",
-    "relations_of",
-]
-
-# The root name of a call's result (no argument or global is named "").
-RESULT = ""
 # Objects a layout notes at most; the rest are updated in place, as before.
 LAYOUT_MAX = 1 << 14
 # Objects the walk after the call enters at most (a large new result): past it,
 # no more relations are recorded (what lies further restores as stored).
 _WALK_MAX = 1 << 16
-
-Step = tuple[str, Any]
-Path = tuple[Any, ...]
-
-_ATOMIC = frozenset(
-    {
-        type(None),
-        bool,
-        int,
-        float,
-        complex,
-        str,
-        bytes,
-        range,
-        slice,
-        type(Ellipsis),
-        type(NotImplemented),
-    }
-)
-_OPAQUE = (
-    type,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.ModuleType,
-    types.CodeType,
-    enum.Enum,
-    weakref.ref,
-)
-_LEAF_BUILTINS = (set, frozenset, bytearray, memoryview)
-_slot_names: dict[type, tuple[str, ...]] = {}
-
-
-def is_plain(obj: Any) -> bool:
-    """Whether *obj*'s identity never matters: atoms, code, and tuples of such values."""
-    cls = type(obj)
-    if _kind(cls, registry) == _PLAIN:
-        return True
-    if (cls is tuple or cls is frozenset) and len(obj) <= 16:
-        return all(is_plain(x) for x in obj)
-    return False
-
-
-# What the walks do with an object, by its type (see _kind).
-_PLAIN, _SEQUENCE, _MAPPING, _LEAF, _MEMORY, _OBJECT = range(6)
-_kinds: dict[type, int] = {}
-
-
-def _kind(cls: type, codecs: CodecRegistry) -> int:
-    """How the identity walk treats instances of *cls* (cached for the default registry)."""
-    found = _kinds.get(cls) if codecs is registry else None
-    if found is not None:
-        return found
-    if cls in _ATOMIC or issubclass(cls, _OPAQUE):
-        found = _PLAIN
-    elif cls is list or cls is tuple:
-        found = _SEQUENCE
-    elif cls is dict:
-        found = _MAPPING
-    elif issubclass(cls, _LEAF_BUILTINS):
-        found = _LEAF
-    else:
-        codec = None if cls.__module__ == "builtins" else codecs.for_type(cls)
-        if codec is not None and codec.by_reference:
-            found = _PLAIN
-        elif codec is not None and type(codec).memory is not Codec.memory:
-            found = _MEMORY
-        elif codec is not None and codec.identity_leaf:
-            found = _LEAF
-        else:
-            found = _OBJECT
-    if codecs is registry:
-        _kinds[cls] = found
-    return found
-
-
-def _slots(cls: type) -> tuple[str, ...]:
-    found = _slot_names.get(cls)
-    if found is None:
-        names: list[str] = []
-        for klass in cls.__mro__:
-            declared = klass.__dict__.get("__slots__", ())
-            if isinstance(declared, str):
-                declared = (declared,)
-            names.extend(n for n in declared if n not in ("__dict__", "__weakref__"))
-        found = _slot_names[cls] = tuple(dict.fromkeys(names))
-    return found
-
-
-def children(obj: Any, codecs: CodecRegistry = registry) -> Iterator[tuple[Step, Any]]:
-    """The (step, child) pairs the identity walk follows from *obj*."""
-    kind = _kind(type(obj), codecs)
-    if kind == _SEQUENCE:
-        yield from ((("i", i), x) for i, x in enumerate(obj))
-        return
-    if kind == _MAPPING:
-        yield from ((("k", k), v) for k, v in obj.items() if nameable(k))
-        return
-    if kind != _OBJECT:
-        return
-    if isinstance(obj, (list, tuple)):
-        yield from ((("i", i), x) for i, x in enumerate(obj))
-    elif isinstance(obj, dict):
-        yield from ((("k", k), v) for k, v in obj.items() if nameable(k))
-    attrs = getattr(obj, "__dict__", None)
-    if isinstance(attrs, dict):
-        yield from ((("a", name), v) for name, v in list(attrs.items()) if type(name) is str)
-    for name in _slots(type(obj)):
-        value = getattr(obj, name, MISSING)
-        if value is not MISSING:
-            yield ("a", name), value
-
-
-def child(obj: Any, step: Step) -> Any:
-    """The object one step below *obj* (NotReplayable when there is none)."""
-    kind, key = step
-    try:
-        if kind == "a":
-            attrs = getattr(obj, "__dict__", None)
-            if isinstance(attrs, dict) and key in attrs:
-                return attrs[key]
-            if key in _slots(type(obj)):
-                return getattr(obj, key)
-        elif (kind == "i" and isinstance(obj, (list, tuple))) or (
-            kind == "k" and isinstance(obj, dict)
-        ):
-            return obj[key]
-    except (AttributeError, IndexError, KeyError, TypeError):
-        pass
-    raise NotReplayable(f"it has no {_describe_step(step)}")
-
-
-def with_child(obj: Any, step: Step, value: Any) -> Any:
-    """*obj* with *value* one step below it: itself, changed, or a new tuple."""
-    kind, key = step
-    if kind == "i" and type(obj) is tuple:
-        items = list(obj)
-        items[key] = value
-        return tuple(items)
-    if kind == "a":
-        attrs = getattr(obj, "__dict__", None)
-        if isinstance(attrs, dict) and key in attrs:
-            attrs[key] = value
-        else:
-            object.__setattr__(obj, key, value)
-    else:
-        obj[key] = value
-    return obj
-
-
-def _describe_step(step: Step) -> str:
-    kind, key = step
-    if kind == "a":
-        return f"attribute {key!r}"
-    if kind == "i":
-        return f"item {key}"
-    return f"entry {key!r}"
-
-
-def describe(path: Sequence[Any]) -> str:
-    """A path as a reader writes it: ``tr.best``, ``opt.param_groups[1]['params']``."""
-    root = path[0]
-    out = "the result" if root == RESULT else str(root)
-    for kind, key in path[1:]:
-        out += f".{key}" if kind == "a" else f"[{key!r}]"
-    return out
-
-
-def memory_of(obj: Any, codecs: CodecRegistry = registry) -> Memory | None:
-    """Where *obj*'s elements lie, for values whose codec says (tensors, numpy arrays)."""
-    cls = type(obj)
-    if _kind(cls, codecs) != _MEMORY:
-        return None
-    codec = codecs.for_type(cls)
-    return None if codec is None else codec.memory(obj)
 
 
 class _Strong:
@@ -365,22 +189,22 @@ def _layout(items: Iterable[tuple[str, Any]], codecs: CodecRegistry) -> Layout:
     objects, places, expanded, viewable = out.objects, out.places, out.expanded, out.viewable
     queue: deque[tuple[Any, Path]] = deque()
     for name, value in items:
-        if _kind(type(value), codecs) == _PLAIN or id(value) in objects:
+        if kind_of(type(value), codecs) == PLAIN or id(value) in objects:
             continue
         objects[id(value)] = (_ref(value), (name,))
         queue.append((value, (name,)))
-    kinds = _kinds if codecs is registry else {}
+    kinds = KINDS if codecs is registry else {}
     while queue and len(objects) <= LAYOUT_MAX:
         obj, path = queue.popleft()
-        kind = kinds.get(type(obj)) or _kind(type(obj), codecs)
-        if kind == _MEMORY:
+        kind = kinds.get(type(obj)) or kind_of(type(obj), codecs)
+        if kind == MEMORY:
             viewable.append((path, objects[id(obj)][0]))
             expanded.add(id(obj))
             continue
         key = id(obj)
         for step, value in children(obj, codecs):
             cls = type(value)
-            if (kinds.get(cls) or _kind(cls, codecs)) == _PLAIN:
+            if (kinds.get(cls) or kind_of(cls, codecs)) == PLAIN:
                 continue
             places[(key, step)] = (id(value), cls)
             if id(value) not in objects:
@@ -426,7 +250,7 @@ class _Walk:
         self.visited = 0
 
     def _record(self, path: Path, kind: str, *more: Any) -> None:
-        self.records.append([_json_path(path), kind, *more])
+        self.records.append([to_json(path), kind, *more])
 
     def root(self, name: str, value: Any, in_place: bool) -> None:
         if is_plain(value):
@@ -450,17 +274,17 @@ class _Walk:
         was = before.path_of(obj)
         if was is not None:
             if held is None or held[0] != id(obj):
-                self._record(path, "pre", _json_path(was))  # moved or shared here
+                self._record(path, "pre", to_json(was))  # moved or shared here
             self._descend(obj, path, True)
             return
         first = self.new.get(id(obj))
         if first is not None:
-            self._record(path, "same", _json_path(first))
+            self._record(path, "same", to_json(first))
             return
         mem = memory_of(obj, self.codecs)
         viewed = None if mem is None else before.viewed(mem)
         if viewed is not None:
-            self._record(path, "view", _json_path(viewed[0]), viewed[1], mem.layout)  # type: ignore[union-attr]
+            self._record(path, "view", to_json(viewed[0]), viewed[1], mem.layout)  # type: ignore[union-attr]
             return
         self.new[id(obj)] = path
         self.keep.append(obj)
@@ -477,128 +301,3 @@ class _Walk:
         if in_place and id(obj) not in self.before.expanded:
             return  # past the layout's bound: not compared, updated in place as before
         self.stack.append((obj, path, in_place))
-
-
-def _json_path(path: Path) -> list[Any]:
-    return [path[0], *([kind, key] for kind, key in path[1:])]
-
-
-def _path(json_path: Sequence[Any]) -> Path:
-    return (json_path[0], *((kind, key) for kind, key in json_path[1:]))
-
-
-class Relations:
-    """The recorded relations of one evaluation, applied while a hit is planned.
-
-    Args:
-        records: what :func:`relations_of` recorded.
-        resolve: the caller's object that stood at a path before the call (the
-            root names an argument or a global as the call sees it now).
-        sources: the restored post-call states by root name (the result under
-            :data:`RESULT`).
-    """
-
-    def __init__(
-        self,
-        records: Iterable[Sequence[Any]],
-        resolve: Callable[[Path], Any],
-        sources: Mapping[str, Any],
-        codecs: CodecRegistry = registry,
-    ) -> None:
-        self.records: dict[Path, tuple[Any, ...]] = {}
-        self.below: set[Path] = set()  # every proper prefix of a recorded path
-        for record in records:
-            path = _path(record[0])
-            self.records[path] = tuple(record[1:])
-            for n in range(1, len(path)):
-                self.below.add(path[:n])
-        self._resolve = resolve
-        self.sources = sources
-        self.codecs = codecs
-        self._fresh: dict[Path, Any] = {}
-        self._resolved: dict[Path, Any] = {}
-
-    def record(self, path: Path | None) -> tuple[Any, ...] | None:
-        return None if path is None else self.records.get(path)
-
-    def resolve(self, path: Path) -> Any:
-        found = self._resolved.get(path, MISSING)
-        if found is MISSING:
-            try:
-                found = self._resolve(path)
-            except NotReplayable as exc:
-                raise NotReplayable(
-                    f"{describe(path)}, which it took, is not there ({exc})"
-                ) from None
-            self._resolved[path] = found
-        return found
-
-    def source(self, path: Path) -> Any:
-        obj = self.sources.get(path[0], MISSING)
-        if obj is MISSING:
-            raise NotReplayable(f"{describe(path)} was not stored")
-        for step in path[1:]:
-            obj = child(obj, step)
-        return obj
-
-    def apply(self, record: tuple[Any, ...], path: Path, source: Any, plan: Planner) -> Any:
-        """The object a hit puts at *path*, where the miss left what *record* says."""
-        kind = record[0]
-        if kind == "new":
-            return self.fresh(path, source, plan)
-        if kind == "same":
-            ref = _path(record[1])
-            return self.fresh(ref, self.source(ref), plan)
-        if kind == "pre":
-            obj = self.resolve(_path(record[1]))
-            planned = plan.in_place(obj, source, path)
-            if planned is not obj and type(obj) not in (tuple, frozenset):
-                raise NotReplayable(
-                    f"{describe(_path(record[1]))} would have to be replaced by another object"
-                )
-            return planned
-        if kind == "view":
-            return self.view(self.resolve(_path(record[1])), record[2], record[3])
-        raise NotReplayable(f"an unknown relation {kind!r} (written by a newer memostore?)")
-
-    def view(self, base: Any, base_layout: Any, layout: Any) -> Any:
-        codec = self.codecs.for_type(type(base))
-        made = None if codec is None else codec.view(base, base_layout, layout)
-        if made is None:
-            raise NotReplayable(
-                f"a view of a {type(base).__qualname__} laid out as the stored call's was cannot "
-                "be made of the caller's"
-            )
-        return made
-
-    def fresh(self, path: Path, source: Any, plan: Planner) -> Any:
-        """*source* (a restored object), bound whole at *path*, its own relations applied."""
-        found = self._fresh.get(path, MISSING)
-        if found is not MISSING:
-            return found
-        self._fresh[path] = source  # a cycle back to it finds it
-        out = self._substitute(path, source, plan) if path in self.below else source
-        self._fresh[path] = out
-        return out
-
-    def _substitute(self, path: Path, obj: Any, plan: Planner) -> Any:
-        for step, value in list(children(obj, self.codecs)):
-            at = (*path, step)
-            record = self.records.get(at)
-            if record is not None:
-                new = self.apply(record, at, value, plan)
-            elif at in self.below:
-                new = self._substitute(at, value, plan)
-            else:
-                continue
-            if new is not value:
-                obj = with_child(obj, step, new)
-        return obj
-
-
-def navigate(root: Any, path: Path) -> Any:
-    """The object *path* names below *root* (the path's first element, a name, is skipped)."""
-    obj = root
-    for step in path[1:]:
-        obj = child(obj, step)
-    return obj

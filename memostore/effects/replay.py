@@ -28,9 +28,10 @@ Each target is planned once, however many times it is reached.
 
 Where the miss bound a new object, moved one or made a view rather than
 changing an object in place, the planner follows the evaluation's recorded
-relations (``identity.py``): it tracks the *path* of each place it plans (a
-root name, then ``("a", attribute)``, ``("i", index)`` and ``("k", key)``
-steps) and asks :class:`~.identity.Relations` what stands there.
+relations (``identity.py`` records them): it tracks the *path* of each place it
+plans (a root name, then ``("a", attribute)``, ``("i", index)`` and
+``("k", key)`` steps, ``places.py``) and asks :class:`~.relations.Relations`
+what stands there.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Planner:
     Args:
         codecs: the codec registry (``Codec.assign`` and ``Codec.unchanged``).
         relations: what the miss bound anew, moved or viewed (an
-            ``identity.Relations``); None for an evaluation that recorded none
+            ``relations.Relations``); None for an evaluation that recorded none
             (everything in place).
     """
 
