@@ -24,6 +24,7 @@ from ..lifecycle import last_use
 from ..lifecycle.trigger import after_store
 from ..odb import index
 from ..odb.objects import Doc
+from ..odb.refs import ref_part
 from ..odb.store import Store
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
@@ -85,6 +86,9 @@ def name_weight_miss(store: Store, call: KeyedCall) -> None:
         return
     _weights_checked.add(symbol)
     try:
+        # Nothing stored of this function yet (a first run): no comparison to import.
+        if not store.refs.names(f"evals/{ref_part(symbol)}/"):
+            return
         from ..inspect.comparison import tensor_value_changes
 
         paths = tensor_value_changes(
