@@ -13,8 +13,12 @@ class MemostoreError(Exception):
     """Root of every error memostore raises on purpose."""
 
 
-class MemostoreWarning(UserWarning):
-    """Something was not stored or not restored; the computation went on."""
+class MemostoreWarning(Warning):
+    """Something was not stored or not restored; the computation went on.
+
+    A ``Warning`` but not a ``UserWarning``: ``filterwarnings("ignore",
+    category=UserWarning)``, common in training scripts, does not silence it.
+    """
 
 
 class RemoteError(MemostoreError):
@@ -79,6 +83,14 @@ class StoreNotFound(MemostoreError, FileNotFoundError):
 
 class EncodeError(MemostoreError, TypeError):
     """A value cannot be encoded (hashed or stored)."""
+
+
+class GradientGraphError(EncodeError):
+    """A value holds a tensor attached to an autograd graph (it has a ``grad_fn``).
+
+    A stored copy would come back detached: ``loss.backward()`` through it
+    would not reach what made it. Such a value is never stored.
+    """
 
 
 class DecodeError(MemostoreError, ValueError):

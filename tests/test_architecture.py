@@ -94,7 +94,7 @@ ALLOWED: dict[str, set[str]] = {
     "code": {"odb"},
     "trust": {"odb", "transport", "code"},
     "values": {"odb", "code", "trust"},
-    "effects": {"odb", "values"},
+    "effects": {"odb", "code", "values"},
     "records": {"odb", "values"},
     "metrics": {"odb", "values", "records"},
     "remote": {"odb", "transport", "trust", "values", "records"},

@@ -70,7 +70,7 @@ def step(x):
 @memo
 def train(steps, lr):
     count("train")
-    time.sleep(float(os.environ.get("TRAIN_SLEEP", "0")))  # the environment is not keyed
+    time.sleep(float(os.environ.get("TRAIN_SLEEP", "0")))  # read: a hit needs the same value
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -303,7 +303,7 @@ def test_one_decision_for_every_rank_across_two_jobs(tmp_path: Path) -> None:
     first, twin = (_said_in(env) for env in envs)
     names = ("step", "train", "noisy", "prepare", "shard", "solo")
     ran = {name: _runs(out, name) for name in names}
-    second = _standalone(script, _env(out, store, "second"))
+    second = _standalone(script, {**_env(out, store, "second"), "TRAIN_SLEEP": "3"})
     for said in (first, twin, second):
         assert _said(said, "step") == {0: "42", 1: "42"}
         # A call whose key differs by rank (it read `rank`) raises on every rank.

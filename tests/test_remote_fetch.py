@@ -167,7 +167,9 @@ def test_downloaded_snapshot_is_restored_offline(project: Project, tmp_path: Pat
     add_remote(b, "origin", str(remote), auto_fetch=True)
     shutil.rmtree(downloads)
     shutil.rmtree(remote)
-    env_b = {**project.env("B"), "DOWNLOAD_DIR": str(tmp_path / "nowhere")}
+    # The body reads DOWNLOAD_DIR: configured alike on both machines (a hit needs the
+    # value the stored call read), though nothing is left there.
+    env_b = {**project.env("B"), "DOWNLOAD_DIR": str(downloads)}
     proc = run_script(script, env=env_b)
     second = proc.stdout.splitlines()
     assert project.body_runs() == ["download"]

@@ -255,7 +255,9 @@ def test_a_holder_on_another_host_is_kept_alive_by_its_heartbeat(job: Path, tmp_
     # body runs 4 s. The waiter, as if on another host, can judge it by heartbeat only.
     holder = _start(job, tmp_path, "holder", 1, SLEEP="4", HEARTBEAT="0.2,1")
     _until(lambda: len(_runs(tmp_path)) == 1, "the holder's body runs")
-    waiter = run_script(job, "1", env=_env(tmp_path, "waiter", PRETEND_HOST="elsewhere.invalid"))
+    # The body reads SLEEP: the holder's result answers only a call that sees the same value.
+    env = _env(tmp_path, "waiter", PRETEND_HOST="elsewhere.invalid", SLEEP="4")
+    waiter = run_script(job, "1", env=env)
     assert "RESULT {'value': 42}" in waiter.stdout
     assert waiter.stderr.count("waiting for pid") == 1
     assert "heartbeat" not in waiter.stderr

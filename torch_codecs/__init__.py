@@ -28,6 +28,7 @@ def register(registry: Any) -> None:
     from .dtensor import DTensorCodec
     from .dtypes import DtypeCodec, MemoryFormatCodec
     from .exposure import install
+    from .hooks import WrappedHookCodec
     from .loaders import DataLoaderCodec
     from .modules import ModuleCodec
     from .optim import OptimizerCodec
@@ -46,6 +47,7 @@ def register(registry: Any) -> None:
         GeneratorCodec(),
         DtypeCodec(),
         MemoryFormatCodec(),
+        WrappedHookCodec(),
     ]
     for codec in codecs:
         registry.register(codec)
@@ -58,6 +60,11 @@ def register(registry: Any) -> None:
 
     register_rng(TorchRNG())
     register_rng(CudaRNG())
+    from memostore.effects.process import register_setting
+
+    from .settings import register_settings
+
+    register_settings(register_setting)
     # Before any digest is cached: writes that move no version counter are seen from now on.
     install()
 

@@ -116,6 +116,7 @@ class DtypeCodec(Codec):
     """``torch.dtype`` values (``dtype=torch.float16`` as an argument), by name."""
 
     tag = "torch.dtype"
+    identity_leaf = True
     types = (torch.dtype,)
 
     def encode(self, dtype: torch.dtype, enc: Any) -> dict[str, Any]:
@@ -132,6 +133,7 @@ class MemoryFormatCodec(Codec):
     """``torch.memory_format`` values (``torch.channels_last``), by name."""
 
     tag = "torch.memory_format"
+    identity_leaf = True
     types = (torch.memory_format,)
 
     def encode(self, fmt: torch.memory_format, enc: Any) -> dict[str, Any]:

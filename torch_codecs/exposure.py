@@ -32,16 +32,25 @@ has not been exposed since the digest was computed (:func:`storage_state`,
 storages that share an address over time share their record: that can only
 make a digest be recomputed more often, never trusted wrongly.
 
+Tensors made over foreign memory before this module was installed (it is
+installed when a memoised function is defined in a process that imported
+torch, or when memostore first meets a torch value): :func:`install` looks
+for every live tensor then, and a storage torch did not allocate itself (one
+that cannot be resized: ``from_numpy``, ``frombuffer``, a DLPack capsule, a
+mapped file) is never trusted afterwards: such a tensor is hashed at every
+use, since the array it was made from may be written at any moment.
+
 What this cannot see, and the rule documented for it (``docs/torch.md``):
 writes through raw pointers (``data_ptr()``, DLPack, ctypes, C extensions),
-through ``untyped_storage()`` objects, and aliases made before this module
-was installed (it is installed when memostore first meets a torch value).
-After such a write, call ``memostore.forget_digest(obj)``.
+through ``untyped_storage()`` objects, and ``.data`` or numpy aliases of
+torch's own storages made before this module was installed. After such a
+write, call ``memostore.forget_digest(obj)``.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 import threading
 import weakref
@@ -295,6 +304,32 @@ def install() -> None:
         kernel = getattr(torch, name, None)
         if kernel is not None:
             setattr(torch, name, _fused(kernel))
+    _distrust_earlier_foreign()
+
+
+def _distrust_earlier_foreign() -> None:
+    """Never trust a storage over memory torch did not allocate, made before the wrappers.
+
+    ``torch.from_numpy(a)`` made before :func:`install` was not seen: ``a`` may be
+    written at any time, unseen. Every live tensor is found once (the collector
+    tracks tensors), and each storage that cannot be resized (torch's own
+    allocations can) stays live for good: hashed at every use, never stale.
+    """
+    found: set[int] = set()
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor):  # not isinstance: no __class__ property runs
+            try:
+                storage = _STORAGE(obj)
+                if not storage.resizable():
+                    found.add(storage.data_ptr())
+            except Exception:
+                continue  # sparse, nested, meta, inference, functional: not plain memory
+    found.discard(0)
+    if found:
+        with _lock:
+            for key in found:
+                _live[key] = _live.get(key, 0) + 1
+                _touch(key)
 
 
 # -- queries ---------------------------------------------------------------------------------

@@ -18,6 +18,14 @@ submodule registered twice is one module. Restoring calls ``cls.__new__`` and
 
 Modules held in plain attributes (not registered) are stored as values of
 their own and restore as distinct objects.
+
+A parametrized module (``weight_norm``, ``spectral_norm``, any
+``register_parametrization``) is an instance of a class torch makes for it at
+run time; it is stored with the class it had before (``cls``) and the names
+of its parametrized tensors (``parametrized``), and restored by making that
+class again, as ``register_parametrization`` does. Its ``parametrizations``
+submodule (the original tensors and the parametrizations' own state) is an
+ordinary part of the tree.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import torch
+from torch.nn.utils import parametrize
 
 from memostore.errors import DecodeError, EncodeError, MalformedObject
 from memostore.odb.objects import canonical_json
@@ -35,7 +44,7 @@ from . import fsdp
 from .dtensor import TAG as DTENSOR_TAG
 from .dtensor import is_shard
 from .fingerprints import Fingerprint, fingerprint_or_none
-from .hooks import encode_hooks, is_hook_dict, restore_hooks
+from .hooks import HOOK_OWNER, encode_hooks, is_hook_dict, restore_hooks
 from .module_guards import TreeGuard
 from .replay import assign_module
 from .summaries import summarize
@@ -115,6 +124,17 @@ class ModuleCodec(Codec):
     def assign(self, target: torch.nn.Module, source: torch.nn.Module, plan: Any) -> bool:
         return assign_module(target, source, plan)
 
+    def same_type(self, target: Any, source: Any) -> bool:
+        # Each parametrized module has a class of its own, made at run time.
+        return (
+            isinstance(target, torch.nn.Module)
+            and parametrize.is_parametrized(target)
+            and parametrize.is_parametrized(source)
+            and parametrize.type_before_parametrizations(target)
+            is parametrize.type_before_parametrizations(source)
+            and list(target.parametrizations.keys()) == list(source.parametrizations.keys())
+        )
+
 
 class ModuleFingerprint:
     """A module tree's snapshot, and a guard of it once the tree was seen unchanged.
@@ -165,13 +185,15 @@ def _encode_tree(
         return {"again": index}
     seen[id(m)] = len(seen)
     d = _module_state(m)
-    cls = type(m)
+    cls = parametrize.type_before_parametrizations(m)
     spec = None
     if sharding is not None and isinstance(m, sharding.cls):  # type: ignore[arg-type]
         cls = fsdp.original_class(m)
         spec = fsdp.describe(m, sharding.managed)  # before the parameters: it names them
     managed = sharding.managed if sharding is not None else {}
     node: dict[str, Any] = {"cls": enc.code(cls)}
+    if parametrize.is_parametrized(m):
+        node["parametrized"] = list(m.parametrizations.keys())
     params = []
     sharded = []
     for name, p in d.get("_parameters", {}).items():
@@ -200,7 +222,12 @@ def _encode_tree(
             state[name] = value
     if managed or spec is not None:
         hooks = _without_fsdp_hooks(hooks)
-    node["hooks"] = encode_hooks(hooks, enc)
+    outer = enc.scratch.get(HOOK_OWNER)
+    enc.scratch[HOOK_OWNER] = m  # a hook given its module names this one
+    try:
+        node["hooks"] = encode_hooks(hooks, enc)
+    finally:
+        enc.scratch[HOOK_OWNER] = outer
     node["state"] = enc.node(state)
     if sharded:
         node["sharded"] = sharded
@@ -220,8 +247,8 @@ def _without_fsdp_hooks(hooks: dict[str, Any]) -> dict[str, Any]:
 def _module_state(m: torch.nn.Module) -> dict[str, Any]:
     """What pickling would store of *m* (its ``__getstate__``, usually its ``__dict__``)."""
     getstate = type(m).__getstate__
-    if getstate is torch.nn.Module.__getstate__:
-        return m.__dict__
+    if getstate is torch.nn.Module.__getstate__ or parametrize.is_parametrized(m):
+        return m.__dict__  # a parametrized module's class refuses pickling, not its state
     try:
         state = getstate(m)  # e.g. RNNs drop their weak references to the flat weights
     except Exception as exc:
@@ -271,7 +298,12 @@ def _decode_tree(
         name: None if c is None else _decode_tree(c, dec, seen, restored, sharding)
         for name, c in node["modules"]
     }
-    stored_hooks = dec.node(node["hooks"])
+    outer = dec.scratch.get(HOOK_OWNER)
+    dec.scratch[HOOK_OWNER] = m
+    try:
+        stored_hooks = dec.node(node["hooks"])
+    finally:
+        dec.scratch[HOOK_OWNER] = outer
     state = dec.node(node["state"])
     if type(state) is not dict or type(stored_hooks) is not dict:  # no decoded object's methods
         raise DecodeError(f"the stored state of a {cls.__qualname__} is not a dict")
@@ -280,4 +312,20 @@ def _decode_tree(
     state["_buffers"] = buffers
     state["_modules"] = modules
     m.__setstate__(state)
+    if node.get("parametrized"):
+        _reparametrize(m, node["parametrized"])
     return m
+
+
+def _reparametrize(m: torch.nn.Module, names: list[str]) -> None:
+    """Make *m* parametrized again, as ``register_parametrization`` left it.
+
+    Its class becomes a subclass of its own made for it (so that the properties
+    below are its alone), with a property per parametrized tensor.
+    """
+    found = m.__dict__.get("_modules", {}).get("parametrizations")
+    if not isinstance(found, torch.nn.ModuleDict) or any(n not in found for n in names):
+        raise DecodeError(f"a parametrized module lacks its parametrizations of {names}")
+    parametrize._inject_new_class(m)
+    for name in names:
+        parametrize._inject_property(m, name)

@@ -15,7 +15,10 @@ restored post-call state. These are its rules for torch types:
   so that it stays bound to the caller's model;
 * a scheduler is updated through its ``__dict__`` (its optimizer is the
   caller's, updated as above), keeping the weak references it does not store;
-* a generator gets the restored state.
+* a generator gets the restored state;
+* a result that the miss made as a view of an argument's tensor (``x[:2]``,
+  ``x.detach()``) is made again as that view of the caller's tensor
+  (:func:`tensor_memory`, :func:`tensor_view`).
 
 Parts the hash cache proves unchanged (a dataset passed through, a frozen
 layer) are not copied at all.
@@ -28,11 +31,13 @@ from typing import Any
 import torch
 
 from memostore.effects.replay import MISSING, NotReplayable, Planner
+from memostore.values.codecs import Memory
 from memostore.values.hashcache import digest_cache
 
+from .dtypes import dtype_from_name, dtype_name
 from .fingerprints import tensor_data_state
 from .hooks import is_hook_dict
-from .params import ordered_params
+from .params import params_in
 
 # Compared by value when no cached digest proves them equal: cheaper than a copy.
 _COMPARE_MAX_BYTES = 1 << 16
@@ -111,6 +116,62 @@ def _adopt(t: torch.Tensor, blob: str | None) -> None:
         digest_cache.put(t, state, blob)
 
 
+def tensor_memory(t: torch.Tensor) -> Memory | None:
+    """The bytes *t* spans in its storage, for plain tensors and parameters with data."""
+    if (
+        type(t) not in _VIEWABLE
+        or t.layout != torch.strided
+        or t.is_meta
+        or t.numel() == 0
+        or t.is_conj()
+        or t.is_neg()
+    ):
+        return None
+    storage = t.untyped_storage()
+    itemsize = t.element_size()
+    start = t.storage_offset() * itemsize
+    end = (
+        start + (sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1) * itemsize
+    )
+    layout = {
+        "dtype": dtype_name(t.dtype),
+        "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "offset": start,
+        "param": type(t) is torch.nn.Parameter,
+        "requires_grad": t.requires_grad,
+    }
+    return Memory(("torch", str(t.device), storage.data_ptr()), start, end, layout)
+
+
+_VIEWABLE = (torch.Tensor, torch.nn.Parameter)
+
+
+def tensor_view(base: torch.Tensor, base_layout: Any, layout: Any) -> torch.Tensor | None:
+    """The tensor *layout* describes, over the storage of the caller's tensor *base*."""
+    if not isinstance(base, torch.Tensor) or base.layout != torch.strided:
+        return None
+    if (
+        dtype_name(base.dtype) != base_layout["dtype"]
+        or list(base.shape) != base_layout["shape"]
+        or list(base.stride()) != base_layout["stride"]
+    ):
+        return None
+    dtype = dtype_from_name(layout["dtype"])
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    offset = base.storage_offset() * base.element_size() + layout["offset"] - base_layout["offset"]
+    if offset < 0 or offset % itemsize:
+        return None
+    with torch.no_grad():
+        out = torch.empty(0, dtype=dtype, device=base.device)
+        out.set_(base.untyped_storage(), offset // itemsize, layout["shape"], layout["stride"])
+    if layout.get("param"):
+        return torch.nn.Parameter(out, requires_grad=bool(layout.get("requires_grad")))
+    if layout.get("requires_grad"):
+        out.requires_grad_(True)
+    return out
+
+
 def assign_module(m: torch.nn.Module, s: torch.nn.Module, plan: Planner) -> bool:
     target = m.__dict__
     state: dict[str, Any] = {}
@@ -133,33 +194,49 @@ def _same_hooks(old: dict[Any, Any], new: dict[Any, Any]) -> bool:
 def assign_optimizer(
     o: torch.optim.Optimizer, s: torch.optim.Optimizer, plan: Planner, split: Any
 ) -> bool:
-    mine, theirs = ordered_params(o), ordered_params(s)
-    if len(mine) != len(theirs) or len(o.param_groups) != len(s.param_groups):
+    groups = len(o.param_groups)
+    if len(s.param_groups) < groups:
+        raise NotReplayable("the optimizer lost parameter groups: it cannot be updated in place")
+    mine = params_in(o.param_groups)
+    theirs = params_in(s.param_groups[:groups])
+    if len(mine) != len(theirs):
         raise NotReplayable(
-            "the optimizer's parameters or groups changed in number: it cannot be updated in place"
+            "the optimizer's parameters changed in number: it cannot be updated in place"
         )
     for p, q in zip(mine, theirs, strict=True):
         if plan.value(p, q) is not p:
             raise NotReplayable("an optimizer parameter would have to be replaced")
     position = {id(p): i for i, p in enumerate(mine)}
     theirs_position = {id(q): i for i, q in enumerate(theirs)}
-    for group, other in zip(o.param_groups, s.param_groups, strict=True):
-        if [position.get(id(p)) for p in group["params"]] != [
-            theirs_position.get(id(q)) for q in other["params"]
-        ]:
-            raise NotReplayable("the optimizer's parameter groups were rearranged")
-        wanted = {k: v for k, v in other.items() if k != "params"}
-        wanted["params"] = group["params"]
-        plan.dict_items(group, wanted)
+    with plan.descend(("a", "param_groups")):
+        for i, (group, other) in enumerate(zip(o.param_groups, s.param_groups, strict=False)):
+            if [position.get(id(p)) for p in group["params"]] != [
+                theirs_position.get(id(q)) for q in other["params"]
+            ]:
+                raise NotReplayable("the optimizer's parameter groups were rearranged")
+            wanted = {k: v for k, v in other.items() if k != "params"}
+            wanted["params"] = group["params"]
+            with plan.descend(("i", i)):
+                plan.dict_items(group, wanted)
+        # Groups the body added (``add_param_group``), bound to the caller's own
+        # parameters where the miss's were the arguments' (``effects/identity.py``).
+        added = [
+            plan.value(MISSING, other, ("i", groups + i))
+            for i, other in enumerate(s.param_groups[groups:])
+        ]
+    if added:
+        plan.op(lambda: o.param_groups.extend(added))
+    pairs = list(zip(mine, theirs, strict=True))
+    pairs += zip(params_in(added), params_in(s.param_groups[groups:]), strict=True)
     states: list[Any] = []
-    for p, q in zip(mine, theirs, strict=True):
+    for p, q in pairs:
         theirs_state = s.state.get(q)
         states.append(
             None if not theirs_state else plan.value(o.state.get(p, MISSING), theirs_state)
         )
 
     def apply_state() -> None:
-        for p, state in zip(mine, states, strict=True):
+        for (p, _), state in zip(pairs, states, strict=True):
             if state is None:
                 o.state.pop(p, None)
             else:
@@ -171,7 +248,7 @@ def assign_optimizer(
     _, extra_source = split(s)
     for name, value in extra_source.items():
         old = extra_target.get(name, MISSING)
-        new = plan.value(old, value)
+        new = plan.value(old, value, ("a", name))
         if new is not old:
             plan.op(lambda name=name, new=new: o.__dict__.__setitem__(name, new))
     for name in extra_target:

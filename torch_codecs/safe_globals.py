@@ -12,8 +12,9 @@ code; the classes they name must still pass memostore's gate. Allowed here:
 - the functions of ``torch.nn.functional`` and the ``torch._C._nn`` kernels
   (activations a module holds, such as ``TransformerEncoderLayer.activation``);
 - by name: tensors and parameters, ``torch.device``, ``torch.Size``,
-  ``torch.Generator``, the default collate functions, and the scale and
-  annealing functions ``CyclicLR`` and ``OneCycleLR`` keep.
+  ``torch.Generator``, the default collate functions, the scale and
+  annealing functions ``CyclicLR`` and ``OneCycleLR`` keep, and the
+  ``load_state_dict`` hook ``weight_norm`` leaves on its module.
 
 User subclasses need nothing here: they are the user's code, pinned by digest.
 """
@@ -42,6 +43,8 @@ SAFE_NAMES = (
     "torch.optim.lr_scheduler:CyclicLR._exp_range_scale_fn",
     "torch.optim.lr_scheduler:OneCycleLR._annealing_cos",
     "torch.optim.lr_scheduler:OneCycleLR._annealing_linear",
+    # The load_state_dict pre hook weight_norm leaves on its module (renames old keys).
+    "torch.nn.utils.parametrizations:_weight_norm_compat_hook",
 )
 
 # (base class, module prefixes a subclass torch defines must live under)

@@ -30,14 +30,14 @@ from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError, MalformedObject, MemostoreWarning
+from memostore.errors import EncodeError, GradientGraphError, MalformedObject, MemostoreWarning
 from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
 from .blobs import data_nbytes, read_tensor, tensor_producer
 from .dtypes import dtype_from_name, dtype_name
 from .fingerprints import tensor_data_state
-from .replay import assign_tensor, tensor_unchanged
+from .replay import assign_tensor, tensor_memory, tensor_unchanged, tensor_view
 from .summaries import summarize
 
 _SCRATCH_GROUPS = "torch.storage_groups"
@@ -127,10 +127,18 @@ class TensorCodec(Codec):
 
     tag = "torch.tensor"
     types = (torch.Tensor,)
+    identity_leaf = True
 
     # -- encoding ----------------------------------------------------------------------
     def encode(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
         _check_supported(t)
+        if enc.verify and t.grad_fn is not None:
+            # Storing (not keying): a restored tensor has no graph, so a hit could
+            # not give back what the body returned.
+            raise GradientGraphError(
+                f"a {t.dtype} tensor of shape {list(t.shape)} attached to an autograd "
+                f"graph (grad_fn={type(t.grad_fn).__name__})"
+            )
         cls = type(t)
         node: dict[str, Any] = {
             "dtype": dtype_name(t.dtype),
@@ -237,6 +245,12 @@ class TensorCodec(Codec):
 
     def assign(self, target: torch.Tensor, source: torch.Tensor, plan: Any) -> bool:
         return assign_tensor(target, source, plan)
+
+    def memory(self, t: torch.Tensor) -> Any:
+        return tensor_memory(t)
+
+    def view(self, base: torch.Tensor, base_layout: Any, layout: Any) -> Any:
+        return tensor_view(base, base_layout, layout)
 
 
 def _blob(t: torch.Tensor, enc: Any) -> str:

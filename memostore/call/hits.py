@@ -9,7 +9,8 @@ cannot be replayed, an object is missing or damaged) is therefore a miss that
 has changed nothing.
 
 Which stored evaluation answers a call whose body drew from global RNGs
-(seeded or not, ``@memo(rng=...)``) is decided before, in ``rng_conditions.py``.
+(seeded or not, ``@memo(rng=...)``) or read environment variables is decided
+before, in ``rng_conditions.py``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..effects import draws
-from ..effects.arguments import Watched, plan_replay, substitute_aliases
-from ..effects.replay import NotReplayable, Planner
+from ..effects import draws, process
+from ..effects.arguments import Watched, plan_replay, resolver, substitute_aliases
+from ..effects.places import RESULT
+from ..effects.relations import Relations
+from ..effects.replay import MISSING, NotReplayable, Planner
 from ..odb.store import Store
 from ..values.decoding import Decoder
 from ..values.rank_results import decode_result
@@ -56,9 +59,11 @@ class Hit:
     bindings: list[tuple[Any, str, Any]] = field(default_factory=list)
     rng_states: dict[str, bytes] = field(default_factory=dict)
     rng_note: str = ""  # how the RNG condition held, for the verbose line
+    related: bool = False  # the result's relations to the arguments are applied
 
     def commit(self) -> Any:
         """Apply the planned effects and RNG states; return the result to give back."""
+        process.note_environ(self.body.get("environ"))  # for a body this hit runs inside
         if self.planner is not None:
             self.planner.commit()
         for namespace, name, value in self.bindings:
@@ -66,7 +71,7 @@ class Hit:
         if self.rng_states:
             draws.restore(self.rng_states, self.body.get("rng"))
         aliases = self.body.get("aliases")
-        if aliases and self.watched is not None:
+        if aliases and self.watched is not None and not self.related:
             return substitute_aliases(self.result, aliases, self.watched)
         return self.result
 
@@ -87,6 +92,13 @@ def prepare(
     """
     if body.get("status") != "ok" or body.get("result") is None:
         raise NotUsable(f"the stored call ended with status {body.get('status')!r}", warn=False)
+    differs = process.environ_differs(body)
+    if differs:
+        raise NotUsable(
+            f"the environment variable {', '.join(differs)} the stored call read has another "
+            "value now",
+            warn=False,
+        )
     if before_decode is not None:
         before_decode(body)
     decoder = Decoder(store.objects, body.get("payloads") or {})
@@ -98,12 +110,21 @@ def prepare(
         # Restored objects enter the hash cache first: the planner skips the parts
         # of an argument that the cache proves equal to their post-call state.
         remember(decoder, evaluation_id)
-    if effects:
-        if watched is None:
-            raise NotUsable("its effects on the arguments are not known")
-        hit.planner = Planner()
+    records = body.get("identity")
+    if (effects or records) and watched is None:
+        raise NotUsable("its effects on the arguments are not known")
+    if effects or records:
+        assert watched is not None
+        relations = None
+        if records:
+            relations = Relations(records, resolver(watched), {**sources, RESULT: result})
+        hit.planner = Planner(relations=relations)
         try:
-            hit.bindings = plan_replay(hit.planner, watched, sources, body.get("rebound") or ())
+            if effects:
+                hit.bindings = plan_replay(hit.planner, watched, sources, body.get("rebound") or ())
+            if relations is not None:
+                hit.result = hit.planner.root(RESULT, MISSING, result)
+                hit.related = True
         except NotReplayable as exc:
             raise NotUsable(f"its effects cannot be replayed here ({exc})") from None
     if track_rng and body.get("rng"):

@@ -17,6 +17,7 @@ from ..odb.objects import Doc
 
 if TYPE_CHECKING:
     from ..effects.arguments import Watched
+    from ..effects.identity import Layout
     from ..values.encoding import Encoder, HashSink
 
 
@@ -70,6 +71,10 @@ class KeyedCall:
         watched: the arguments and data globals, as keyed (``effects/arguments.py``).
         sink, encoder: what hashing them produced (documents to flush on a miss).
         stored: the evaluation document once a miss has been recorded.
+        layout: where the watched objects stood before the body ran (a miss
+            only; ``effects/identity.py``).
+        settings: the process settings in the key (``effects/process.py``).
+        environ: the environment variables the body read (a miss only).
     """
 
     __slots__ = (
@@ -78,8 +83,11 @@ class KeyedCall:
         "arguments",
         "code",
         "encoder",
+        "environ",
         "fn",
         "key",
+        "layout",
+        "settings",
         "sink",
         "stored",
         "watched",
@@ -95,6 +103,7 @@ class KeyedCall:
         encoder: Encoder,
         args_id: str,
         key: str,
+        settings: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         self.arguments = arguments
@@ -105,6 +114,9 @@ class KeyedCall:
         self.args_id = args_id
         self.key = key
         self.stored: Doc | None = None
+        self.layout: Layout | None = None
+        self.settings = settings or {}
+        self.environ: dict[str, str | None] = {}
         self._code_doc: Doc | None = None
 
     @property

@@ -33,12 +33,13 @@ import contextlib
 import functools
 import inspect
 import os
+import sys
 import time
 import types
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..effects import draws, seeding
+from ..effects import draws, identity, process, seeding
 from ..effects.arguments import MISSING, Watched
 from ..errors import (
     DecodeError,
@@ -80,6 +81,13 @@ def _load_call_modules() -> None:
     """
     global single_flight
     from . import single_flight
+
+    if "torch" in sys.modules:
+        # torch is in use: its codec package watches, from now on, what writes
+        # tensors unseen (``torch.from_numpy`` over an array the program keeps).
+        from ..values.codecs import registry
+
+        registry.load_entry_points()
 
 
 __all__ = ["MemoizedFunction", "call_key", "memo"]
@@ -198,8 +206,10 @@ class MemoizedFunction:
             if len(watched.items) == len(arguments) or not self._skip_unkeyable(watched):
                 raise  # an argument itself cannot be keyed: the caller must know
             return self._prepare(args, kwargs)
-        key = ranks.rank_key(self._distributed, key_with(self._key_tail, code.digest, args_id))
-        return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key)
+        settings = process.settings()
+        tail = key_tail(self.symbol, self._version, settings) if settings else self._key_tail
+        key = ranks.rank_key(self._distributed, key_with(tail, code.digest, args_id))
+        return KeyedCall(self, arguments, watched, code, sink, encoder, args_id, key, settings)
 
     def _skip_unkeyable(self, watched: Watched) -> bool:
         """Leave out of the key the data globals that cannot be encoded; any found?
@@ -304,6 +314,8 @@ class MemoizedFunction:
             # The lease (if held) goes once the evaluation is recorded, result or failure.
             if verbose.enabled():
                 verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
+            elif hit == "":
+                recording.name_weight_miss(store, call)  # no stored call of this key at all
             return self._compute(store, call, args, kwargs)
 
     def _miss_reason(self, store: Store, call: KeyedCall) -> str:
@@ -317,6 +329,7 @@ class MemoizedFunction:
                 call.code.digest,
                 call.code_doc,
                 docs=call.sink.docs,
+                settings=call.settings,
             )
         except Exception as exc:  # a reason is a courtesy: never fail the call for it
             return f"no stored call with this key ({type(exc).__name__})"
@@ -336,9 +349,14 @@ class MemoizedFunction:
         track_rng = self._track_rng if track_rng is None else track_rng
         body = store.evaluation(evaluation_id).body
         note = ""
-        if track_rng and body.get("rng"):
+        if (track_rng and body.get("rng")) or body.get("environ"):
             found, body, note = rng_conditions.matching_evaluation(
-                store, evaluation_id, body, self.symbol, call.key, self._rng_mode
+                store,
+                evaluation_id,
+                body,
+                self.symbol,
+                call.key,
+                self._rng_mode if track_rng else "ignore",
             )
             if exactly and found != evaluation_id:
                 return None
@@ -488,6 +506,9 @@ class MemoizedFunction:
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
+        if storable:
+            call.layout = identity.layout(call.watched.items)
+        environ = process.begin_environ() if storable else None
         rng_frame = draws.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         if ctx.store.root is not None:
@@ -500,14 +521,19 @@ class MemoizedFunction:
             context.leave(token)
             if rng_frame is not None:
                 draws.end(rng_frame)
+            if environ is not None:
+                process.end_environ(environ)
+            status = "error" if isinstance(exc, Exception) else "interrupted"
             if storable and not isinstance(exc, GeneratorExit):
-                status = "error" if isinstance(exc, Exception) else "interrupted"
                 recording.record_failure(store, call, ctx, exc, status, started, t0)
                 with contextlib.suppress(OSError):
                     store.clear_pending(ctx.run_id)
+            ctx.finalize(status)  # done already if recorded; else its journal would stay
             raise
         context.leave(token)
         duration = time.perf_counter() - t0
+        if environ is not None:
+            call.environ = process.end_environ(environ)
         if storable:
             rng_used = draws.end(rng_frame) if rng_frame is not None else {}
             recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)

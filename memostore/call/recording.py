@@ -16,12 +16,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..effects import draws
 from ..effects.arguments import alias_paths, changed_names, plan_replay
-from ..effects.replay import NotReplayable, Planner
-from ..errors import EncodeError, MemostoreWarning
+from ..effects.identity import relations_of
+from ..effects.places import RESULT
+from ..effects.relations import Relations
+from ..effects.replay import MISSING, NotReplayable, Planner
+from ..errors import EncodeError, GradientGraphError, MemostoreWarning
 from ..lifecycle import last_use
 from ..lifecycle.trigger import after_store
 from ..odb import index
 from ..odb.objects import Doc
+from ..odb.refs import ref_part
 from ..odb.store import Store
 from ..records import context
 from ..records.evaluation import (
@@ -34,8 +38,8 @@ from ..records.evaluation import (
 from ..records.provenance import provenance
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
-from ..values.rank_results import depends_on_rank, per_rank_doc
-from .rng_conditions import rng_ref_names
+from ..values.rank_results import decode_result, depends_on_rank, per_rank_doc
+from .rng_conditions import condition_ref_name, rng_ref_names
 
 if TYPE_CHECKING:
     from .keys import KeyedCall
@@ -64,6 +68,50 @@ def fix(exc: BaseException, store: Store | None) -> str:
                 "to a writable directory (stored results are still read from it)"
             )
     return ""
+
+
+# Functions already warned that their results hold autograd graphs (once per process).
+_graph_warned: set[str] = set()
+
+
+def _named(name: str, call: KeyedCall) -> str:
+    return f"the global {name}" if name in call.watched.globals else f"argument {name!r}"
+
+
+# Functions whose first miss in this process was checked for unseeded weights.
+_weights_checked: set[str] = set()
+
+
+def name_weight_miss(store: Store, call: KeyedCall) -> None:
+    """Warn, once per function, when a miss differs from a stored call only in tensor values.
+
+    A model built from an unseeded RNG before the call has other weights in
+    every process, so the call misses every time; said at the default
+    verbosity (``MEMOSTORE_VERBOSE=1`` says why each call misses).
+    """
+    symbol = call.fn.symbol
+    if symbol in _weights_checked:
+        return
+    _weights_checked.add(symbol)
+    try:
+        # Nothing stored of this function yet (a first run): no comparison to import.
+        if not store.refs.names(f"evals/{ref_part(symbol)}/"):
+            return
+        from ..inspect.comparison import tensor_value_changes
+
+        paths = tensor_value_changes(
+            store, symbol, call.args_id, call.code.digest, docs=call.sink.docs
+        )
+    except Exception:  # a courtesy: never fail the call for it
+        return
+    if paths:
+        shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        warn(
+            f"{symbol} runs again: its arguments differ from the stored call's only in the "
+            f"values of tensors ({shown}). If they are made from an unseeded RNG (a model "
+            "built before torch.manual_seed), they differ in every process and the call "
+            "never hits: seed before making them"
+        )
 
 
 class NotStorable(Exception):
@@ -115,15 +163,76 @@ def _effects(call: KeyedCall) -> tuple[list[str], list[str]]:
 
 
 def _check_replayable(
-    store: Store, effects: dict[str, str], rebound: list[str], call: KeyedCall, payloads: Any
+    store: Store,
+    effects: dict[str, str],
+    rebound: list[str],
+    call: KeyedCall,
+    payloads: Any,
+    records: list[list[Any]],
+    result_id: str,
 ) -> None:
     """Decode the effects just stored and plan their replay, as a hit will (changes nothing)."""
     decoder = Decoder(store.objects, payloads)
     sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}
+    relations = None
+    # A result that is an argument itself (``return model``) needs no decoding here:
+    # the argument's own effect, if any, is what a hit updates.
+    check_result = any(_about_result(record) for record in records)
+    if records:
+        if check_result:
+            sources[RESULT] = decode_result(decoder, result_id)  # this rank's, when per rank
+        assert call.layout is not None
+        relations = Relations(records, call.layout.object_at, sources)
+    planner = Planner(relations=relations)
     try:
-        plan_replay(Planner(), call.watched, sources, rebound)
+        plan_replay(planner, call.watched, {n: sources[n] for n in effects}, rebound)
+        if check_result:
+            planner.root(RESULT, MISSING, sources[RESULT])
     except NotReplayable as exc:
         raise NotStorable(f"its effect on {exc}") from exc
+
+
+def _environ_varies(store: Store, call: KeyedCall) -> bool:
+    """Whether this key was stored with other environment values: keep both, by condition.
+
+    A call whose body read environment variables is named by its condition ref
+    (as a call that drew from an RNG is) only once a value differs between
+    calls of its key: most such reads (a data directory, a flag) never change,
+    and one ref per key is enough for them. The evaluation stored before, with
+    the other values, gets its condition ref now too (unless it has one).
+    """
+    try:
+        previous = store.refs.read(eval_ref_name(call.fn.symbol, call.key))
+        if previous is None:
+            return False
+        body = store.evaluation(previous).body
+    except Exception:
+        return False  # a damaged ref or record: nothing to keep beside
+    environ = body.get("environ")
+    if not environ or environ == call.environ or body.get("key") != call.key:
+        return False
+    if not draws.conditions(body.get("rng")):  # one with RNG conditions has its refs already
+        store.refs.set(condition_ref_name(call.fn.symbol, call.key, {}, environ), previous)
+    return True
+
+
+def _about_result(record: list[Any]) -> bool:
+    """Whether *record* needs the stored result to be checked (not just ``return argument``)."""
+    path = record[0]
+    if path[0] == RESULT and (len(path) > 1 or record[1] != "pre"):
+        return True
+    return record[1] in ("same", "view") and record[2][0] == RESULT
+
+
+def _relations(call: KeyedCall, mutated: list[str], rebound: list[str], result: Any) -> list[Any]:
+    """What the body bound anew, moved or viewed, as a hit must repeat (``identity.py``)."""
+    if call.layout is None:
+        return []
+    roots = [
+        (name, call.watched.value_of(name), name in rebound)
+        for name in sorted({*mutated, *rebound})
+    ]
+    return relations_of(call.layout, roots, result)
 
 
 def store_result(
@@ -150,27 +259,32 @@ def store_result(
         sink = StoreSink(store.objects)
         encoder = Encoder(sink, verify=True)
         try:
-            if writer is None:
-                result_id = encoder.encode_value(result)
-                if depends_on_rank(store, eval_ref_name(symbol, call.key)):
-                    # This process's result, not every rank's (see rank_results.py).
-                    result_id = sink.put_doc(per_rank_doc([result_id]))
-            else:
-                result_id = writer.write(encoder, result)
             try:
-                effects = {
-                    name: encoder.encode_value(call.watched.value_of(name))
-                    for name in (*mutated, *rebound)
-                }
-            except EncodeError as exc:
-                raise NotStorable(
-                    f"the state it left in an argument cannot be stored ({exc})"
-                ) from exc
+                if writer is None:
+                    result_id = encoder.encode_value(result)
+                    if depends_on_rank(store, eval_ref_name(symbol, call.key)):
+                        # This process's result, not every rank's (see rank_results.py).
+                        result_id = sink.put_doc(per_rank_doc([result_id]))
+                else:
+                    result_id = writer.write(encoder, result)
+            except GradientGraphError as exc:
+                raise GradientGraphError(f"its result holds {exc}") from exc
+            effects = {}
+            for name in (*mutated, *rebound):
+                try:
+                    effects[name] = encoder.encode_value(call.watched.value_of(name))
+                except GradientGraphError as exc:
+                    raise GradientGraphError(f"it left {_named(name, call)} holding {exc}") from exc
+                except EncodeError as exc:
+                    raise NotStorable(
+                        f"the state it left in an argument cannot be stored ({exc})"
+                    ) from exc
         finally:
             sink.abort()  # a pack left by a failed encoding (none once it succeeded)
         payloads = dict(sorted({**call.encoder.payloads, **encoder.payloads}.items()))
-        if effects:
-            _check_replayable(store, effects, rebound, call, payloads)
+        records = _relations(call, mutated, rebound, result)
+        if effects or records:
+            _check_replayable(store, effects, rebound, call, payloads, records, result_id)
         fields.update(
             result=result_id,
             result_summary=summarize(result) if writer is None else writer.summary(result),
@@ -187,12 +301,31 @@ def store_result(
         aliases = alias_paths(result, call.watched.items)
         if aliases:
             fields["aliases"] = aliases
+        if records:
+            fields["identity"] = records
         if rng_used:
             fields["rng"] = draws.record(rng_used, store.objects.add_bytes)
+        if call.settings:
+            fields["settings"] = dict(call.settings)
+        if call.environ:
+            fields["environ"] = dict(call.environ)
         fields.update(ctx.finalize("ok"))
-        refs = rng_ref_names(symbol, call.key, fields.get("rng"))
+        refs = rng_ref_names(symbol, call.key, fields.get("rng"), call.environ)
+        if not refs and call.environ and _environ_varies(store, call):
+            refs.append(condition_ref_name(symbol, call.key, {}, call.environ))
         refs.append(eval_ref_name(symbol, call.key))
         doc = publish(store, fields, ctx, refs)
+    except GradientGraphError as exc:
+        ctx.finalize("ok")
+        if symbol not in _graph_warned:
+            _graph_warned.add(symbol)
+            warn(
+                f"{symbol} is not memoised: {exc}, and a stored copy would come back "
+                "detached, so that gradients would not reach what made it. Its calls run "
+                "every time (this is said once). Call .detach() inside the function on what "
+                "it returns (or keeps), or memoise only the part that needs no gradients"
+            )
+        return
     except NotStorable as exc:
         ctx.finalize("ok")
         warn(
@@ -201,6 +334,7 @@ def store_result(
         )
         return
     except Exception as exc:
+        ctx.finalize("ok")  # else its journal stays behind, and is later taken for a crash
         warn(
             f"could not store the result of {symbol} ({type(exc).__name__}: {exc})"
             f"{fix(exc, store)}; it is returned unstored and the next call will compute it "
@@ -235,6 +369,7 @@ def record_failure(
         fields.update(ctx.finalize(status))
         publish(store, fields, ctx, [failed_ref_name(call.fn.symbol, call.key)])
     except Exception as record_exc:
+        ctx.finalize(status)
         warn(
             f"could not record the failure of {call.fn.symbol}: {record_exc}"
             f"{fix(record_exc, store)}"

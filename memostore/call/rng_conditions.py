@@ -1,4 +1,4 @@
-"""When a stored evaluation that drew from global RNGs answers a call: by lineage, or exactly.
+"""When a stored evaluation answers a call: its global RNGs (by lineage, or exactly), its variables.
 
 ``@memo(rng=...)`` chooses the rule for the RNGs a stored body drew from
 (``effects/draws.py`` records them, ``effects/seeding.py`` knows which are seeded):
@@ -12,13 +12,18 @@
   seeded or not;
 * ``"ignore"``: RNGs are not looked at (nor set by a hit).
 
+A body that read environment variables (``effects/process.py``) answers a
+call only while they hold the values it read, whatever the mode.
+
 Finding the evaluation stays O(1): the call's ref names the newest evaluation
-of the key, tried first; an RNG condition it fails is looked up once more by
-``rng/<function>/<condition>``, where the condition digests the key and the
-start states of the RNGs that must match. Each evaluation is named by the
-condition over all the RNGs it drew from (``"exact"``), and also by the one
-over those seeded at its call when that is fewer (a seeded program that draws
-from an unseeded RNG too).
+of the key, tried first; a condition it fails is looked up once more by
+``rng/<function>/<condition>``, where the condition digests the key, the
+start states of the RNGs that must match and the variables read. Each
+evaluation is named by the condition over all the RNGs it drew from
+(``"exact"``), and also by the one over those seeded at its call when that is
+fewer (a seeded program that draws from an unseeded RNG too); one that only
+read variables is named by its condition once its key was stored with other
+values (``recording.py``).
 """
 
 from __future__ import annotations
@@ -26,13 +31,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..effects import draws, seeding
+from ..effects import draws, process, seeding
 from ..effects import rng as rngs
+from ..odb.objects import canonical_json, digest_bytes
 from ..odb.refs import ref_part
 from ..odb.store import Store
 from .hits import NotUsable
 
-__all__ = ["MODES", "check_mode", "matching_evaluation", "rng_ref_name", "rng_ref_names"]
+__all__ = [
+    "MODES",
+    "check_mode",
+    "condition_ref_name",
+    "matching_evaluation",
+    "rng_ref_name",
+    "rng_ref_names",
+]
 
 MODES = ("lineage", "exact", "ignore")
 
@@ -60,21 +73,44 @@ def rng_ref_name(function: str, key: str, digests: Mapping[str, str]) -> str:
     return f"rng/{ref_part(function)}/{rng_condition(key, digests)}"
 
 
-def rng_ref_names(function: str, key: str, record: Mapping[str, Any] | None) -> list[str]:
+_CONDITION_PREFIX = b"memostore:condition:1\n"
+
+
+def condition_ref_name(
+    function: str, key: str, digests: Mapping[str, str], environ: Mapping[str, Any] | None
+) -> str:
+    """The ref naming the evaluation of *key* that started from these RNG states and variables.
+
+    Without environment variables, the name :func:`rng_ref_name` gives (an RNG-only
+    condition); with them, a digest of the key, the RNG states and the variables.
+    """
+    if not environ:
+        return rng_ref_name(function, key, digests)
+    condition = {"key": key, "rng": dict(digests), "environ": dict(environ)}
+    digest = digest_bytes(_CONDITION_PREFIX + canonical_json(condition))
+    return f"rng/{ref_part(function)}/{digest}"
+
+
+def rng_ref_names(
+    function: str,
+    key: str,
+    record: Mapping[str, Any] | None,
+    environ: Mapping[str, Any] | None = None,
+) -> list[str]:
     """The ``rng/`` refs that name an evaluation with this ``rng`` record (none if it drew none).
 
     One over every RNG it drew from (what ``"exact"`` looks up), and one over
     the RNGs seeded at its call when those are fewer but some (what a program
-    seeded the same way looks up by lineage).
+    seeded the same way looks up by lineage); each with the variables it read.
     """
     conditions = draws.conditions(record)
     if not conditions:
         return []
-    names = [rng_ref_name(function, key, conditions)]
+    names = [condition_ref_name(function, key, conditions, environ)]
     seeded_at_call = draws.seeded_at_call(record)
     seeded = {name: d for name, d in conditions.items() if seeded_at_call.get(name)}
     if seeded and len(seeded) < len(conditions):
-        names.append(rng_ref_name(function, key, seeded))
+        names.append(condition_ref_name(function, key, seeded, environ))
     return names
 
 
@@ -109,22 +145,28 @@ def _holds(conditions: Mapping[str, str], required: Mapping[str, str | None]) ->
 def matching_evaluation(
     store: Store, evaluation_id: str, body: dict[str, Any], function: str, key: str, mode: str
 ) -> tuple[str, dict[str, Any], str]:
-    """The evaluation of this key whose RNG condition holds now, and a note on why it does.
+    """The evaluation of this key whose conditions hold now, and a note on why they do.
 
     *evaluation_id* is the one the call's ref names; another, made from other
-    start states of the seeded RNGs, may be named by an ``rng/`` ref. Raises
-    NotUsable (not a warning: another state is simply another call) if none holds.
-    The note is "" unless an unseeded RNG was let through.
+    start states of the RNGs that must match or with other values of the
+    variables read, may be named by an ``rng/`` ref. Raises NotUsable (not a
+    warning: another state is simply another call) if none holds. The note is
+    "" unless an unseeded RNG was let through.
     """
-    conditions = draws.conditions(body.get("rng"))
-    if not conditions or mode == "ignore":
+    conditions = {} if mode == "ignore" else draws.conditions(body.get("rng"))
+    recorded = body.get("environ") or {}
+    if not conditions and not recorded:
         return evaluation_id, body, ""
     now = _Now()
     required = now.required(conditions, mode)
-    if _holds(conditions, required):
+    changed = process.environ_differs(body)
+    if _holds(conditions, required) and not changed:
         return evaluation_id, body, _note(conditions, required)
     failing = [name for name, digest in required.items() if conditions[name] != digest]
-    if mode == "exact":
+    if not failing:
+        names = ", ".join(changed)
+        reason = f"the environment variable {names} the stored call read has another value now"
+    elif mode == "exact":
         reason = (
             f"the global RNG ({', '.join(failing)}) is in another state than the stored call "
             "started from (rng='exact')"
@@ -136,16 +178,17 @@ def matching_evaluation(
     digests = {name: digest for name, digest in required.items() if digest is not None}
     if len(digests) < len(required):
         raise other_state  # a seeded RNG not in use: no start state to look up
-    other = store.refs.read(rng_ref_name(function, key, digests))
+    environ = process.current_environ(recorded) if recorded else None
+    other = store.refs.read(condition_ref_name(function, key, digests, environ))
     if other is None or other == evaluation_id:
         raise other_state
     other_body = store.evaluation(other).body
     # The ref is only a hint: the record itself must say it is this call's, and hold.
     if other_body.get("function") != function or other_body.get("key") != key:
         raise other_state
-    other_conditions = draws.conditions(other_body.get("rng"))
+    other_conditions = {} if mode == "ignore" else draws.conditions(other_body.get("rng"))
     other_required = now.required(other_conditions, mode)
-    if not _holds(other_conditions, other_required):
+    if not _holds(other_conditions, other_required) or process.environ_differs(other_body):
         raise other_state
     return other, other_body, _note(other_conditions, other_required)
 

@@ -209,10 +209,13 @@ class Bindings:
         path: list[str],
         attrs: tuple[str, ...],
         state: frozenset[str],
+        dynamic: bool = True,
     ) -> Tree | None:
         """Resolve ``value.attr.attr...`` through the user's modules; None when ignored.
 
         *path* starts as the label of the first name and gets each attribute followed.
+        *dynamic*: a user module reached at the end is used as an object, not
+        only read attributes of (see :meth:`members_tree`).
         """
         for attr in attrs:
             if not (isinstance(value, ModuleType) and is_user_module(value)):
@@ -229,7 +232,50 @@ class Bindings:
             path.append(attr)
         if self.ignore.has_object(value):
             return None
+        if dynamic and isinstance(value, ModuleType) and is_user_module(value):
+            # The module itself escapes (``getattr(models, arch)``, ``models.__dict__[arch]``,
+            # ``vars(models)``): any of its attributes may be read.
+            return self.members_tree(value)
         return self.binding_tree(namespace, module, name, value, state)
+
+    def members_tree(self, module: ModuleType) -> Tree:
+        """Every attribute of a user module, for code that reads them by a computed name.
+
+        Over-invalidation, never a stale hit: an edit of any function or class the
+        module holds changes the digest, whichever one the code picks at run time.
+        """
+        key = ("members", id(module))
+        node = self._by_key.get(key)
+        if node is not None:
+            return ("ref", node)
+        name = module.__name__
+        node = self._add(key, "module", f"{name}.*", module)
+        node.local = "members"
+        node.source = (
+            f"# every attribute of {name}: the code reads them by a computed name "
+            "(getattr, __dict__, vars, globals())"
+        )
+        namespace = module.__dict__
+        self.guards.namespace_size(namespace)
+        state = self._module_state(namespace)
+        for attr in sorted(k for k in namespace if isinstance(k, str)):
+            if attr.startswith("__") and attr.endswith("__"):
+                continue
+            value = namespace[attr]
+            self.guards.bind(namespace, attr, value)
+            if self.ignore.has_name(name, attr) or self.ignore.has_object(value):
+                continue
+            label = f"attr:{attr}"
+            try:
+                if isinstance(value, ModuleType):
+                    tree = self.module_tree(value)  # its own attributes only if read there
+                else:
+                    tree = self.binding_tree(namespace, name, attr, value, state)
+            except Exception as exc:
+                self._failed_binding(node, label, exc, namespace, name, attr)
+                continue
+            node.refs.append((label, tree))
+        return ("ref", node)
 
     def _record(
         self,
@@ -241,10 +287,11 @@ class Bindings:
         value: Any,
         attrs: tuple[str, ...],
         state: frozenset[str],
+        dynamic: bool = True,
     ) -> None:
         path = [label]
         try:
-            tree = self._follow(namespace, module, name, value, path, attrs, state)
+            tree = self._follow(namespace, module, name, value, path, attrs, state, dynamic)
         except Exception as exc:
             self._failed_binding(node, label, exc, namespace, module, name)
             return
@@ -268,6 +315,10 @@ class Bindings:
                 if isinstance(builtins, dict) and name in builtins:
                     if not self.ignore.has_object(builtins[name]):
                         node.refs.append((label, self.python_tree()))
+                    own = sys.modules.get(module)
+                    if name == "globals" and isinstance(own, ModuleType) and is_user_module(own):
+                        # ``globals()[name]``: the module's own attributes, by computed name.
+                        node.refs.append((f"{label}()", self.members_tree(own)))
                 elif not facts.fallback_names:  # there, most names are attributes, not globals
                     node.refs.append((label, ("unbound",)))
                 continue
@@ -304,12 +355,15 @@ class Bindings:
                 node.refs.append((label, self.unimported_tree(name) if name else ("unbound",)))
                 bound[local] = None
                 continue
+            escapes = (local,) in facts.import_chains  # used as an object, not only its attributes
             if imp.attr is None:
                 if not imp.submodule:
                     top = name.partition(".")[0]
                     module = sys.modules.get(top, module)
                 bound[local] = (module, sys.modules, module.__name__, module.__name__)
                 node.refs.append((label, self.module_tree(module)))
+                if escapes and is_user_module(module):
+                    node.refs.append((f"{label}.*", self.members_tree(module)))
                 continue
             value = module.__dict__.get(imp.attr, MISSING)
             self.guards.bind(module.__dict__, imp.attr, value)
@@ -321,7 +375,9 @@ class Bindings:
                 continue
             bound[local] = (value, module.__dict__, module.__name__, imp.attr)
             state = self._module_state(module.__dict__)
-            self._record(node, label, module.__dict__, module.__name__, imp.attr, value, (), state)
+            self._record(
+                node, label, module.__dict__, module.__name__, imp.attr, value, (), state, escapes
+            )
         for chain in facts.import_chains:
             start = bound.get(chain[0])
             if start is None or len(chain) < 2:

@@ -124,6 +124,10 @@ class Guards:
         self.sizes.setdefault(id(cls), (proxy, len(proxy)))
         return proxy
 
+    def namespace_size(self, namespace: dict[str, Any]) -> None:
+        """Watch a namespace for names added or removed (code that reads it by computed name)."""
+        self.sizes.setdefault(id(namespace), (namespace, len(namespace)))
+
     def snapshot(self, value: Any) -> None:
         """Watch a mutable constant for changes in place, if it is small enough to compare."""
         budget = [_SNAPSHOT_LIMIT]

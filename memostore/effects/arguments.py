@@ -13,19 +13,23 @@ Globals are watched the same way, and one more effect is possible for them:
 the body may bind the name to another object (``global best; best = ...``),
 which a hit repeats with the restored object.
 
-Identity between the result and the arguments is kept too: a result that *is*
-an argument (``return model``), or a tuple, list or dict of results some of
-which are, gives the caller's own objects back on a hit, as the miss did.
+Identity between the result and the arguments is kept too (``identity.py``):
+a result that *is* an argument (``return model``) or a part of one gives the
+caller's own objects back on a hit, as the miss did; where the body bound a
+new object into an argument, a hit binds a new restored one there. (Evaluations
+stored before identity was recorded name only results that are arguments:
+:func:`alias_paths`.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..odb.objects import canonical_json
 from ..values.encoding import Encoder, HashSink
+from .places import navigate
 from .replay import MISSING, NotReplayable, Planner
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "alias_paths",
     "changed_names",
     "plan_replay",
+    "resolver",
     "substitute_aliases",
 ]
 
@@ -124,17 +129,36 @@ def plan_replay(
                 raise NotReplayable(f"{name} is not a global this function reads")
             if not hasattr(namespace, "__setitem__"):
                 raise NotReplayable(f"{name} cannot be bound again from outside its function")
-            bindings.append((namespace, key, source))
+            try:
+                bindings.append((namespace, key, planner.root(name, MISSING, source)))
+            except NotReplayable as exc:
+                raise NotReplayable(f"global {name}: {exc}") from None
             continue
         target = watched.value_of(name)
         what = f"global {name}" if name in watched.globals else f"argument {name!r}"
         if target is MISSING:
             raise NotReplayable(f"{what} is not bound")
         try:
-            planner.update(target, source, what)
+            if planner.root(name, target, source) is not target:
+                raise NotReplayable(
+                    f"it would have to be replaced by another object "
+                    f"({type(target).__qualname__} -> {type(source).__qualname__})"
+                )
         except NotReplayable as exc:
             raise NotReplayable(f"{what}: {exc}") from None
     return bindings
+
+
+def resolver(watched: Watched) -> Callable[[tuple[Any, ...]], Any]:
+    """How a hit finds the caller's object that stood at a path before the call."""
+
+    def resolve(path: tuple[Any, ...]) -> Any:
+        root = watched.value_of(path[0])
+        if root is MISSING:
+            raise NotReplayable(f"{path[0]} is not bound")
+        return navigate(root, path)
+
+    return resolve
 
 
 _NOT_TRACKED = (type(None), bool, int, float, complex, str, bytes)

@@ -25,6 +25,13 @@ untouched and the call runs instead. The walk pairs objects by position:
   a part unchanged (``Codec.unchanged``), which is then left alone.
 
 Each target is planned once, however many times it is reached.
+
+Where the miss bound a new object, moved one or made a view rather than
+changing an object in place, the planner follows the evaluation's recorded
+relations (``identity.py`` records them): it tracks the *path* of each place it
+plans (a root name, then ``("a", attribute)``, ``("i", index)`` and
+``("k", key)`` steps, ``places.py``) and asks :class:`~.relations.Relations`
+what stands there.
 """
 
 from __future__ import annotations
@@ -33,12 +40,33 @@ import copyreg
 import sys
 import types
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..values.codecs import CodecRegistry, registry
 
-__all__ = ["MISSING", "NotReplayable", "Planner"]
+__all__ = ["KEY_TYPES", "MISSING", "NotReplayable", "Planner", "key_step", "nameable"]
+
+# Dict keys a path can name (others: the entry is planned, its place not tracked).
+KEY_TYPES = frozenset({str, int, bool, type(None)})
+Step = tuple[str, Any]
+Path = tuple[Any, ...]
+
+
+def nameable(key: Any) -> bool:
+    """Whether a dict key can name an entry in a path (JSON: str, bool, None, safe ints)."""
+    cls = type(key)
+    return cls in KEY_TYPES and (cls is not int or -_JSON_INT < key < _JSON_INT)
+
+
+_JSON_INT = 1 << 53
+
+
+def key_step(key: Any) -> Step | None:
+    """The path step of a dict entry, or None when its key cannot be named in a path."""
+    return ("k", key) if nameable(key) else None
+
 
 MISSING: Any = object()
 
@@ -58,13 +86,22 @@ class NotReplayable(Exception):
 
 
 class Planner:
-    """Plans in-place updates of targets from sources; :meth:`commit` applies them."""
+    """Plans in-place updates of targets from sources; :meth:`commit` applies them.
 
-    def __init__(self, codecs: CodecRegistry = registry) -> None:
+    Args:
+        codecs: the codec registry (``Codec.assign`` and ``Codec.unchanged``).
+        relations: what the miss bound anew, moved or viewed (an
+            ``relations.Relations``); None for an evaluation that recorded none
+            (everything in place).
+    """
+
+    def __init__(self, codecs: CodecRegistry = registry, relations: Any = None) -> None:
         self.codecs = codecs
+        self.relations = relations
         self.ops: list[Callable[[], None]] = []
         self._done: dict[int, Any] = {}
         self._keep: list[Any] = []  # targets planned, alive while their ids are keys
+        self.path: Path | None = None  # the place being planned; None: not tracked
 
     def op(self, fn: Callable[[], None]) -> None:
         """Run *fn* at :meth:`commit` (after every other op planned before it)."""
@@ -74,6 +111,24 @@ class Planner:
         ops, self.ops = self.ops, []
         for fn in ops:
             fn()
+
+    def root(self, name: str, target: Any, source: Any) -> Any:
+        """The object that should stand as the argument or global *name* after the call."""
+        outer, self.path = self.path, ()
+        try:
+            return self.value(target, source, name)
+        finally:
+            self.path = outer
+
+    @contextmanager
+    def descend(self, step: Step | None) -> Iterator[None]:
+        """Plan what a codec plans meanwhile one *step* below the current place."""
+        outer = self.path
+        self.path = None if step is None or outer is None else (*outer, step)
+        try:
+            yield
+        finally:
+            self.path = outer
 
     def update(self, target: Any, source: Any, what: str) -> None:
         """Plan making *target* equal to *source* without replacing it.
@@ -86,23 +141,57 @@ class Planner:
                 f"({type(target).__qualname__} -> {type(source).__qualname__})"
             )
 
-    def value(self, target: Any, source: Any) -> Any:
-        """The object that should stand where *target* is: *target* updated, or *source*."""
+    def value(self, target: Any, source: Any, step: Any = None) -> Any:
+        """The object that should stand where *target* is: *target* updated, or another.
+
+        *step* names the place below the current one (None: a place that is not
+        tracked, such as an optimizer's per-parameter state).
+        """
+        outer = self.path
+        path = None if step is None or outer is None else (*outer, step)
+        relations = self.relations
+        if relations is not None and path is not None:
+            record = relations.records.get(path)
+            if record is not None:
+                return relations.apply(record, path, source, self)
+        return self.in_place(target, source, path)
+
+    def in_place(self, target: Any, source: Any, path: Path | None) -> Any:
+        """:meth:`value` at *path*, whatever the relations say stands there."""
         cls = type(source)
-        if cls in _ATOMS or isinstance(source, _OPAQUE) or type(target) is not cls:
+        if cls in _ATOMS or isinstance(source, _OPAQUE):
             return source
+        if type(target) is not cls:
+            codec = None if cls.__module__ == "builtins" else self.codecs.for_type(cls)
+            if codec is None or not codec.same_type(target, source):
+                return self.whole(source, path)
         key = id(target)
         if key in self._done:
             return self._done[key]
         self._done[key] = target
         self._keep.append(target)
-        codec = self.codecs.for_type(cls)
-        if codec is not None:
-            if codec.unchanged(target, source):
-                return target
-            if codec.assign(target, source, self):
-                return target
-        return self._generic(target, source, cls)
+        outer, self.path = self.path, path
+        try:
+            codec = self.codecs.for_type(cls)
+            if codec is not None:
+                if codec.by_reference:
+                    return source
+                relations = self.relations
+                below = relations is not None and path is not None and path in relations.below
+                if not below and codec.unchanged(target, source):
+                    return target
+                if codec.assign(target, source, self):
+                    return target
+            return self._generic(target, source, cls)
+        finally:
+            self.path = outer
+
+    def whole(self, source: Any, path: Path | None) -> Any:
+        """*source* bound whole at *path* (the relations below it applied)."""
+        relations = self.relations
+        if relations is not None and path is not None and path in relations.below:
+            return relations.fresh(path, source, self)
+        return source
 
     # -- builtin containers and plain objects --------------------------------------------------
     def _generic(self, target: Any, source: Any, cls: type) -> Any:
@@ -128,7 +217,9 @@ class Planner:
     def _immutable_container(self, target: Any, source: Any, cls: type) -> Any:
         if len(target) != len(source) or cls is frozenset:
             return source if cls is frozenset else self._rebuilt(target, source, cls)
-        items = [self.value(t, s) for t, s in zip(target, source, strict=True)]
+        items = [
+            self.value(t, s, ("i", i)) for i, (t, s) in enumerate(zip(target, source, strict=True))
+        ]
         if all(i is t for i, t in zip(items, target, strict=True)):
             return target
         del self._done[id(target)]  # another tuple stands here: not this one
@@ -136,10 +227,13 @@ class Planner:
 
     def _rebuilt(self, target: Any, source: Any, cls: type) -> Any:
         del self._done[id(target)]
-        return source
+        return self.whole(source, self.path)
 
     def list_items(self, target: list[Any], source: list[Any]) -> None:
-        items = [self.value(target[i], s) if i < len(target) else s for i, s in enumerate(source)]
+        items = [
+            self.value(target[i] if i < len(target) else MISSING, s, ("i", i))
+            for i, s in enumerate(source)
+        ]
         if len(items) != len(target) or any(
             a is not b for a, b in zip(items, target, strict=False)
         ):
@@ -153,7 +247,7 @@ class Planner:
             # target's order for the keys it keeps, new keys after them.
             order = [k for k in target if k in source]
             order += [k for k in source if k not in target]
-        items = [(k, self.value(target.get(k, MISSING), source[k])) for k in order]
+        items = [(k, self.value(target.get(k, MISSING), source[k], key_step(k))) for k in order]
         same_keys = list(target) == [k for k, _ in items]
         if not same_keys or any(target[k] is not v for k, v in items):
 
@@ -192,7 +286,7 @@ class Planner:
             state, slots = state
             for name, value in (slots or {}).items():
                 old = getattr(target, name, MISSING)
-                new = self.value(old, value)
+                new = self.value(old, value, ("a", name))
                 if new is not old:
                     self.op(lambda name=name, new=new: object.__setattr__(target, name, new))
         if state is MISSING or state is None:
@@ -209,7 +303,8 @@ class Planner:
     def namespace(self, attrs: dict[str, Any], state: dict[str, Any]) -> None:
         """Plan making the attribute dict *attrs* hold *state*, entry by entry."""
         planned = {
-            name: self.value(attrs.get(name, MISSING), value) for name, value in state.items()
+            name: self.value(attrs.get(name, MISSING), value, ("a", name))
+            for name, value in state.items()
         }
         gone = [name for name in attrs if name not in state]
         changed = {name: v for name, v in planned.items() if attrs.get(name, MISSING) is not v}

@@ -295,6 +295,38 @@ def _listing(names: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+def tensor_value_changes(
+    store: Store,
+    function: str,
+    args_id: str,
+    code_digest: str,
+    docs: Mapping[str, Doc] | None = None,
+) -> list[str]:
+    """Where the call's arguments differ from the newest stored call's, if only in tensor values.
+
+    Empty unless that call has the same code and every difference is the values
+    of a tensor of the same shape and dtype (a model's weights, made anew in
+    each process from an unseeded RNG, say). Cheap as :func:`miss_reason`.
+    """
+    newest = _newest_evaluation(store, function)
+    if newest is None:
+        return []
+    body = store.evaluation(newest).body
+    if body.get("code_digest") != code_digest or body.get("args") == args_id:
+        return []
+    differ = NodeDiffer(store.objects, docs=docs, numeric=False, summaries=False)
+    changes = argument_changes(differ, body.get("args"), args_id)
+    fields = [(name, f) for name, change in changes.items() for f in change.get("fields") or ()]
+    if not changes or any(
+        change.get("change") != "changed" or change.get("more") or not change.get("fields")
+        for change in changes.values()
+    ):
+        return []
+    if not all(f.get("change") == "changed" and f.get("tensor") for _, f in fields):
+        return []
+    return [name + (f.get("path") or "") for name, f in fields]
+
+
 def _newest_evaluation(store: Store, function: str) -> str | None:
     """The newest successful evaluation of *function*, else its newest failed one."""
     from ..odb.revisions import listed_evaluations
@@ -313,6 +345,7 @@ def miss_reason(
     code_digest: str,
     code_doc: Doc | None,
     docs: Mapping[str, Doc] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
     """Why a call missed, in one line, compared with the newest evaluation of *function*.
 
@@ -331,6 +364,7 @@ def miss_reason(
             arguments, hashed before the miss stores them: a ``HashSink``'s
             ``docs``); without them, arguments not stored yet give only
             ``"args changed"``.
+        settings: the process settings in the call's key (``effects/process.py``).
 
     Returns:
         E.g. ``"first call"``, ``"lr changed"``, ``"lr, epochs changed"``,
@@ -359,6 +393,18 @@ def miss_reason(
                 parts.append(f"{_listing(paths)} changed")
             else:
                 parts.append(f"args changed: {_listing(paths)}")
+        stored_settings = body.get("settings") or {}
+        if settings is not None and stored_settings != dict(settings):
+            changed = sorted(set(stored_settings) | set(settings))
+            parts.append(
+                "process settings changed: "
+                + ", ".join(
+                    f"{name} {stored_settings.get(name, 'default')} -> "
+                    f"{settings.get(name, 'default')}"
+                    for name in changed
+                    if stored_settings.get(name) != settings.get(name)
+                )
+            )
         if not parts:
             status = body.get("status")
             if status != "ok":

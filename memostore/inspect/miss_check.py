@@ -239,7 +239,9 @@ def _check_by_import(
     if body.get("key") and body.get("args"):
         from ..records.evaluation import call_key
 
-        key = call_key(str(body.get("function")), info.digest, body["args"], version)
+        key = call_key(
+            str(body.get("function")), info.digest, body["args"], version, body.get("settings")
+        )
     out["verdict"] = _ref_verdict(store, body, key, out) if not reasons else "miss"
 
 

@@ -23,6 +23,11 @@ An evaluation document's body (``docs/format.md``)::
                state after the call, for those the body changed (absent if none)
     rebound    names of data globals the body bound to another object (absent if none)
     aliases    result path -> argument name, where the result is an argument itself
+               (read only without ``identity``)
+    identity   where the body bound anew, moved, shared or viewed objects
+               (``effects/identity.py``)
+    settings   process settings in the key (``effects/process.py``)
+    environ    environment variables the body read -> value (null: unset)
     rng        RNG name -> {"before": digest of the state the body started from,
                "after": blob id of the state it left, "seeded": whether the program
                had seeded it, "leaves": the lineage the body's seeding left}, for
@@ -59,18 +64,31 @@ _SUMMARY_MAX = 80
 KEY_PREFIX = b"memostore:key:1\n"
 
 
-def call_key(function: str, code_digest: str, args_id: str, version: str | None) -> str:
+def call_key(
+    function: str,
+    code_digest: str,
+    args_id: str,
+    version: str | None,
+    settings: Mapping[str, Any] | None = None,
+) -> str:
     """The call key: a digest of what determines the result (``docs/format.md``)."""
-    return key_with(key_tail(function, version), code_digest, args_id)
+    return key_with(key_tail(function, version, settings), code_digest, args_id)
 
 
-def key_tail(function: str, version: str | None) -> bytes:
+def key_tail(
+    function: str, version: str | None, settings: Mapping[str, Any] | None = None
+) -> bytes:
     """The canonical JSON of the key's payload from "function" on.
 
-    Constant per memoised function, so a call only formats the two digests in
-    front of it.
+    Constant per memoised function (and process settings), so a call only
+    formats the two digests in front of it. *settings* are the process-wide
+    settings that differ from their defaults (``effects/process.py``); with
+    none, the key is what it was before settings were keyed.
     """
-    payload = canonical_json({"function": function, "version": version})
+    fields: dict[str, Any] = {"function": function, "version": version}
+    if settings:
+        fields["settings"] = dict(settings)
+    payload = canonical_json(fields)
     return b"," + payload[1:]
 
 

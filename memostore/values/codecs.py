@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import MemostoreWarning
@@ -45,6 +46,14 @@ class Codec:
     types: ClassVar[tuple[type, ...]] = ()
     type_names: ClassVar[tuple[str, ...]] = ()
     standalone: ClassVar[bool] = False
+    # Replay treats values of this codec as one piece (a tensor, a generator): the
+    # objects they hold are not followed when the identity of objects is compared
+    # before and after a call (``effects/identity.py``).
+    identity_leaf: ClassVar[bool] = False
+    # Values that stand for a process-wide object found by name (a logger): a
+    # replay binds the restored one, never changes the caller's in place, and
+    # their identity is their name.
+    by_reference: ClassVar[bool] = False
 
     def encode(self, obj: Any, enc: EncodeContext) -> dict[str, Any]:
         """Return the node's fields (the encoder adds ``"$": tag``)."""
@@ -113,6 +122,29 @@ class Codec:
         """
         return None
 
+    def memory(self, obj: Any) -> Memory | None:
+        """Where *obj*'s elements lie, for values that can view another's memory (tensors).
+
+        None (the default) for values that never share memory with another.
+        """
+        return None
+
+    def view(self, base: Any, base_layout: Any, layout: Any) -> Any:
+        """A new view of *base*'s memory laid out as *layout* says (see :class:`Memory`).
+
+        *base_layout* is the layout *base* had when the relation was recorded;
+        return None when *base* is laid out otherwise now (the view cannot be made).
+        """
+        return None
+
+    def same_type(self, target: Any, source: Any) -> bool:
+        """Whether *target* may be updated from *source* although their types differ.
+
+        False (the default): a replay binds *source* instead. True where a class
+        is made per object at run time (a parametrized module's).
+        """
+        return False
+
     def assign(self, target: Any, source: Any, plan: ReplayPlan) -> bool:
         """Plan making *target* equal to *source* in place (``effects/replay.py``).
 
@@ -121,6 +153,24 @@ class Codec:
         target cannot be updated in place.
         """
         return False
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The memory a value's elements lie in: which allocation, and which bytes of it.
+
+    Attributes:
+        space: identifies the allocation (a tensor's storage on its device);
+            values whose spaces are equal share memory.
+        start, end: the byte range the value spans, within the allocation.
+        layout: a JSON description of the value's layout (dtype, shape, strides,
+            offset), which :meth:`Codec.view` understands.
+    """
+
+    space: Hashable
+    start: int
+    end: int
+    layout: Any
 
 
 class CodecRegistry:

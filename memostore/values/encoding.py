@@ -38,6 +38,7 @@ from ..odb.packs import PACK_BLOB_MAX, PACK_MAX_BYTES
 from . import scalar_args
 from .codecs import Codec, CodecRegistry, registry
 from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
+from .salted import without_salted
 
 if TYPE_CHECKING:
     from ..odb.object_store import BaseObjectStore
@@ -568,7 +569,7 @@ class Encoder:
         if dictitems is not None:
             node["dictitems"] = self._dict_items(dictitems, ordered=False)
         if state is not None:
-            node["state"] = self.node(state)
+            node["state"] = self.node(without_salted(cls, state))
         if setstate is not None:
             node["setstate"] = self.node(setstate)
         return node

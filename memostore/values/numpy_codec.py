@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .codecs import Codec, register_codec
+from .codecs import Codec, Memory, register_codec
 
 
 class NdarrayCodec(Codec):
     tag = "ndarray"
     type_names = ("numpy.ndarray",)
+    identity_leaf = True
 
     def encode(self, arr: Any, enc: Any) -> dict[str, Any]:
         import numpy as np
@@ -58,6 +59,46 @@ class NdarrayCodec(Codec):
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return {"type": "ndarray", "descr": node["descr"], "shape": node["shape"]}
+
+    def memory(self, arr: Any) -> Memory | None:
+        """The array's bytes within the memory of the array that owns them."""
+        import numpy as np
+
+        if type(arr) is not np.ndarray or arr.size == 0 or arr.dtype.hasobject:
+            return None
+        owner = arr
+        while isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        start = arr.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+        low = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides, strict=True) if s < 0)
+        high = sum((n - 1) * s for n, s in zip(arr.shape, arr.strides, strict=True) if s > 0)
+        layout = {
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "strides": list(arr.strides),
+            "offset": start,
+        }
+        return Memory(("numpy", id(owner)), start + low, start + high + arr.itemsize, layout)
+
+    def view(self, base: Any, base_layout: Any, layout: Any) -> Any:
+        """The view *layout* describes, over the memory of the caller's array *base* (or None)."""
+        import numpy as np
+
+        now = self.memory(base)
+        if (
+            now is None
+            or {k: now.layout[k] for k in ("dtype", "shape", "strides")}
+            != {k: base_layout[k] for k in ("dtype", "shape", "strides")}
+            or not base.flags.c_contiguous
+        ):
+            return None
+        return np.ndarray(
+            tuple(layout["shape"]),
+            dtype=np.dtype(layout["dtype"]),
+            buffer=base,
+            offset=layout["offset"] - base_layout["offset"],
+            strides=tuple(layout["strides"]),
+        )
 
 
 def immutable_fingerprint(arr: Any) -> tuple[Any, ...] | None:

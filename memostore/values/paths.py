@@ -5,10 +5,16 @@ file or directory tree it names (:mod:`memostore.values.file_digests`), not by t
 name: the same bytes under another path hit, a changed file misses. The body
 still gets the argument it was given; only the key sees its content.
 
+A declared name may also reach inside an argument: ``files=("cfg.path",)``
+keys the ``path`` attribute (or ``"path"`` entry) of the argument ``cfg`` by
+content, in addition to ``cfg`` itself, as an extra item of the key.
+
 An undeclared ``str`` or ``os.PathLike`` argument that names an existing file
-or directory is keyed by its name. The first such call of each function in a
-process warns once (:class:`MemostoreWarning`) and says how to key it by
-content; after that the function's calls are not checked again.
+or directory is keyed by its name, and so is such a value held inside an
+argument (a dataclass field, an attribute, an item; two levels down at most).
+The first such call of each function in a process warns once
+(:class:`MemostoreWarning`) and says how to key it by content; after that the
+function's calls are not checked again.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import MemostoreError, MemostoreWarning
-from .codecs import Codec, register_codec
+from .codecs import Codec, register_codec, registry
 from .file_digests import ContentDigest, PathKeyError, content_digest
 from .snapshot import Snapshot
 
@@ -101,20 +107,26 @@ class PathArguments:
         ignore: Iterable[str] = (),
     ) -> None:
         names = (files,) if isinstance(files, str) else tuple(files)
-        unknown = sorted(set(names) - set(parameters))
+        unknown = sorted({n for n in names if n.partition(".")[0] not in parameters})
         if unknown:
             raise MemostoreError(
                 f"@memo(files=...) names {unknown}, which {symbol} does not take; "
                 f"its parameters are {list(parameters)}"
             )
-        both = sorted(set(names) & set(ignore))
+        both = sorted({n for n in names if n.partition(".")[0] in set(ignore)})
         if both:
             raise MemostoreError(
                 f"@memo names {both} in both files= and ignore=: an ignored parameter is not "
                 "part of the key at all; keep it in one of them"
             )
         self.symbol = symbol
-        self.declared = frozenset(names)
+        self.declared = frozenset(n for n in names if "." not in n)
+        # parameter -> the dotted names declared inside it ("cfg.path": ["path"])
+        self.inside: dict[str, list[tuple[str, list[str]]]] = {}
+        for name in names:
+            if "." in name:
+                param, _, rest = name.partition(".")
+                self.inside.setdefault(param, []).append((name, rest.split(".")))
         self._hint_pending = True
         self._checked: set[str] = set()
 
@@ -125,6 +137,13 @@ class PathArguments:
                 (name, self._keyed(name, value) if name in self.declared else value)
                 for name, value in items
             ]
+        if self.inside:
+            out: list[tuple[str, Any]] = []
+            for name, value in items:
+                out.append((name, value))
+                for dotted, attrs in self.inside.get(name, ()):
+                    out.append((dotted, self._keyed(dotted, _reach(dotted, value, attrs))))
+            items = out
         if self._hint_pending:
             self._hint(items)
         return items
@@ -167,42 +186,117 @@ class PathArguments:
 
     # -- the hint ------------------------------------------------------------------------
     def _hint(self, items: list[tuple[str, Any]]) -> None:
+        declared = self.declared | {d for found in self.inside.values() for d, _ in found}
         for name, value in items:
-            if name in self.declared:
+            if name in declared:
                 continue
-            cls = type(value)
-            if cls is str:
-                if not value or len(value) > _PATH_MAX or value in self._checked:
+            for where, inner in _held_paths(name, value):
+                if where in declared:
                     continue
-                if any(c in value for c in _NOT_IN_PATHS):
+                found = self._existing(inner)
+                if found is None:
+                    if not self._hint_pending:
+                        return  # ever new strings: not paths, stop looking
                     continue
-                text = value
-            elif getattr(cls, "__fspath__", None) is not None and not isinstance(value, Snapshot):
-                try:
-                    text = os.fsdecode(os.fspath(value))
-                except (TypeError, ValueError):
-                    continue
-            else:
-                continue
-            kind = _existing_kind(text)
-            if kind is None:
-                if len(self._checked) >= _CHECKED_MAX:
-                    self._hint_pending = False  # ever new strings: not paths, stop looking
-                    return
-                if cls is str:
-                    self._checked.add(text)
-                continue
-            self._hint_pending = False
-            self._checked.clear()
-            warnings.warn(
-                f"memostore: argument {name!r} of {self.symbol} is {text!r}, the path of an "
-                f"existing {kind}; it is keyed by its name, not its content, so a changed {kind} "
-                f"still hits and the same content elsewhere misses. To key it by content, "
-                f"declare it: @memo(files=({name!r},))",
-                MemostoreWarning,
-                stacklevel=_HINT_STACKLEVEL,
-            )
-            return
+                text, kind = found
+                self._hint_pending = False
+                self._checked.clear()
+                held = "is" if where == name else f"holds {where} ="
+                warnings.warn(
+                    f"memostore: argument {name!r} of {self.symbol} {held} {text!r}, the path of "
+                    f"an existing {kind}; it is keyed by its name, not its content, so a changed "
+                    f"{kind} still hits and the same content elsewhere misses. To key it by "
+                    f"content, declare it: @memo(files=({where!r},))",
+                    MemostoreWarning,
+                    stacklevel=_HINT_STACKLEVEL,
+                )
+                return
+
+    def _existing(self, value: Any) -> tuple[str, str] | None:
+        """(path text, "file" or "directory") when *value* names an existing one."""
+        cls = type(value)
+        if cls is str:
+            if not value or len(value) > _PATH_MAX or value in self._checked:
+                return None
+            if any(c in value for c in _NOT_IN_PATHS):
+                return None
+            text = value
+        elif getattr(cls, "__fspath__", None) is not None and not isinstance(value, Snapshot):
+            try:
+                text = os.fsdecode(os.fspath(value))
+            except (TypeError, ValueError):
+                return None
+        else:
+            return None
+        kind = _existing_kind(text)
+        if kind is None:
+            if len(self._checked) >= _CHECKED_MAX:
+                self._hint_pending = False
+            elif cls is str:
+                self._checked.add(text)
+            return None
+        return text, kind
+
+
+# How far, and how much, the hint looks inside an argument for paths.
+_HELD_DEPTH = 2
+_HELD_MAX = 64
+
+
+def _held_paths(name: str, value: Any) -> list[tuple[str, Any]]:
+    """*value* itself, then the strs and paths it holds, as (dotted name, value).
+
+    Looks into containers, dataclasses and plain objects' attributes, two levels
+    down and 64 values at most; not into values that codecs store (tensors,
+    modules, arrays), which hold no paths worth a ``stat``.
+    """
+    out: list[tuple[str, Any]] = [(name, value)]
+    queue = [(name, value, 0)]
+    while queue and len(out) < _HELD_MAX:
+        where, obj, depth = queue.pop(0)
+        if depth >= _HELD_DEPTH:
+            continue
+        for step, inner in _members(obj):
+            at = f"{where}.{step}"
+            if isinstance(inner, (str, os.PathLike)):
+                out.append((at, inner))
+            elif depth + 1 < _HELD_DEPTH:
+                queue.append((at, inner, depth + 1))
+            if len(out) >= _HELD_MAX:
+                break
+    return out
+
+
+def _members(obj: Any) -> list[tuple[str, Any]]:
+    cls = type(obj)
+    if cls in (str, bytes, int, float, bool, type(None)) or isinstance(obj, os.PathLike):
+        return []
+    if cls is dict:
+        return [(k, v) for k, v in list(obj.items())[:_HELD_MAX] if type(k) is str]
+    if cls in (list, tuple):
+        return [(str(i), v) for i, v in enumerate(obj[:_HELD_MAX])]
+    if cls.__module__ != "builtins" and registry.for_type(cls) is not None:
+        return []  # tensors, modules, arrays, datasets: stored by their codecs
+    attrs = getattr(obj, "__dict__", None)
+    if not isinstance(attrs, dict) or isinstance(obj, type):
+        return []
+    return [(k, v) for k, v in list(attrs.items())[:_HELD_MAX] if not k.startswith("_")]
+
+
+def _reach(dotted: str, value: Any, attrs: list[str]) -> Any:
+    """The value a dotted ``files=`` name names inside an argument."""
+    for attr in attrs:
+        if isinstance(value, dict) and attr in value:
+            value = value[attr]
+            continue
+        try:
+            value = getattr(value, attr)
+        except AttributeError:
+            raise MemostoreError(
+                f"@memo(files=({dotted!r},)) names {attr!r} inside the argument, which the call's "
+                f"{type(value).__qualname__} does not have; name an attribute or key it holds"
+            ) from None
+    return value
 
 
 def _existing_kind(text: str) -> str | None:
