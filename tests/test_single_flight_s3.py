@@ -169,20 +169,22 @@ def test_a_killed_holder_expires_and_exactly_one_waiter_takes_over(
 def test_heartbeats_keep_a_holder_longer_than_its_expiry(
     job: Path, tmp_path: Path, s3_bucket: str, s3_server: str
 ) -> None:
-    # Expiry 1 s, renewed every 0.2 s: a body of 4 s outlives the expiry several
-    # times over while the waiter watches it.
+    # Expiry 1 s, renewed every 0.2 s: the body sleeps 3 s once the waiter watches
+    # (the gate), outliving the expiry several times over.
+    gate = tmp_path / "gate"
     holder = _start(
         job, tmp_path, "h", _store(tmp_path, "h", s3_bucket, s3_server), 1,
-        SLEEP="4", HEARTBEAT="0.2,1",
+        SLEEP="3", HEARTBEAT="0.2,1", GATE=str(gate),
     )  # fmt: skip
     _until(lambda: len(_runs(tmp_path)) == 1, "the holder's body runs")
     waiter = _start(
         job, tmp_path, "w", _store(tmp_path, "w", s3_bucket, s3_server), 1,
-        PRETEND_HOST="another-host",
+        PRETEND_HOST="another-host", SLEEP="3", GATE=str(gate),
     )  # fmt: skip
+    _until(lambda: "waiting for pid" in _stderr(tmp_path, "w"), "the waiter waits")
+    gate.touch()  # the holder's body sleeps only now, its waiter watching
     outs = _finish([holder, waiter])
     assert [holder.returncode, waiter.returncode] == [0, 0], _stderr(tmp_path, "w")
-    assert "waiting for pid" in _stderr(tmp_path, "w")
     assert len(_runs(tmp_path)) == 1, _stderr(tmp_path, "w")  # never taken over
     assert all("RESULT {'value': 42}" in out for out in outs)
 
