@@ -120,6 +120,11 @@ POLL_FIRST_S = 0.1
 POLL_GROWTH = 1.5
 POLL_MAX_S = 0.25
 RETRY_AFTER_S = reach.RETRY_AFTER_S
+# The longest a call waits on a lease in a remote the store does not trust, unless
+# @memo(wait=SECONDS) says otherwise: whoever writes such a remote could rewrite a
+# lease's heartbeat for ever, and a wait must not become a hang. A trusted remote's
+# holders are waited for as long as they live.
+UNTRUSTED_WAIT_S = 600.0
 PUSH_JOBS = 8
 
 _lock = threading.Lock()
@@ -285,6 +290,8 @@ def begin(
     remote = remotes[0]
     where = (remote.url, remote.endpoint)
     now = time.monotonic()
+    if deadline is None and not remote.trusted:
+        deadline = now + UNTRUSTED_WAIT_S
     for marks in (reach.down_since, _refused):
         since = marks.get(where)
         if since is not None and now - since < RETRY_AFTER_S:
@@ -386,7 +393,16 @@ def _wait(
             if deadline is not None and time.monotonic() >= deadline:
                 waited = time.monotonic() - started
                 holder = _holder(parse_record(raw))
-                say(symbol, key, f"waited {waited:.0f} s for {holder}", here=True)
+                why = (
+                    ""
+                    if remote.trusted
+                    else (
+                        f", the most a call waits on a remote this store does not trust "
+                        f"(`memostore remote trust {remote.name or 'NAME'}` waits as long as "
+                        "the holder lives)"
+                    )
+                )
+                say(symbol, key, f"waited {waited:.0f} s for {holder}{why}", here=True)
                 return None
             left = None if deadline is None else max(deadline - time.monotonic(), 0)
             time.sleep(delay if left is None else min(delay, left))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import threading
 import time
 
 import pytest
@@ -80,6 +81,55 @@ def test_a_planted_lease_holds_a_call_no_longer_than_its_own_expiry(
     # Single-flight through the remote stays on for every other call.
     assert not [w for w in warnings_in(proc.stderr) if "refused a single-flight" in w]
     assert len(warnings_in(proc.stderr)) <= 1, proc.stderr
+
+
+# The victim with a short bound on waiting for a lease in a remote it does not trust.
+BOUNDED_VICTIM = LEASE_VICTIM.replace(
+    "memostore.odb.leases.EXPIRES_S = 2.0\n",
+    "memostore.odb.leases.EXPIRES_S = 2.0\n"
+    "import memostore.remote.leases\n\nmemostore.remote.leases.UNTRUSTED_WAIT_S = 4.0\n",
+)
+
+
+def test_a_lease_rewritten_for_ever_holds_a_call_only_as_long_as_the_untrusted_bound(
+    lab: Lab,
+) -> None:
+    lab.script.write_text(textwrap.dedent(BOUNDED_VICTIM))
+    lab.run(lab.attacker_store)
+    ((ref, _),) = Store(lab.attacker_store).refs.iter("evals/")
+    stop = threading.Event()
+
+    def attacker(transport) -> None:
+        # A live-looking holder on another machine: the record changes every 0.2 s.
+        beat = 0
+        while not stop.is_set():
+            beat += 1
+            record = {
+                "host": "elsewhere",
+                "pid": 4242,
+                "id": "planted",
+                "started": time.time(),
+                "heartbeat": time.time(),
+                "heartbeat_s": 0.2,
+                "expires_s": 1.0,
+                "n": beat,
+            }
+            transport.put_bytes(lease_name(ref), json.dumps(record).encode())
+            stop.wait(0.2)
+
+    with open_transport(str(lab.remote)) as transport:
+        transport.put_bytes("FORMAT", FORMAT_LINE.encode())
+        beating = threading.Thread(target=attacker, args=(transport,), daemon=True)
+        beating.start()
+        try:
+            add_remote(Store(lab.victim_store), "team", str(lab.remote), auto_fetch=True)
+            proc = lab.victim_meets_attack()
+        finally:
+            stop.set()
+            beating.join()
+    waited = float(proc.stdout.split("WAITED")[1].split()[0])
+    assert 3 < waited < 30, proc.stderr
+    assert "does not trust" in proc.stderr and "memostore remote trust team" in proc.stderr
 
 
 def test_no_bytes_make_a_lease_record_raise_or_claim_the_future() -> None:
