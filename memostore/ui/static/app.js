@@ -118,9 +118,17 @@ ms.runsView = async function (tab) {
       ms.el("label", { title: "select new runs of the functions shown as they start" }, follow, " follow new runs"))),
     scalarControls, chartBox, kindBox);
   if (!ms.table.selected.size) {
-    // Start with the newest runs that logged something (up to 20), so the charts are not empty.
-    for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, 20)) ms.table.selected.add(row.id);
+    // Start with the newest runs that logged something (20, or ?select=N up to the first
+    // page's 100), so the charts are not empty.
+    for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, ms.firstSelection())) ms.table.selected.add(row.id);
   }
+  // The charts' points are asked for first (plotly.js is downloaded meanwhile, and run once
+  // their lines are drawn: compiling it holds the page for a while); the table is drawn
+  // while they come.
+  ms.table.relabel();
+  if (ms.tab === "scalars") ms.plotlyPreload();
+  const panel = redrawPanel();
+  await new Promise((resolve) => setTimeout(resolve, 0));
   redrawTable();
   performance.mark("table-drawn");
   view.dataset.table = "drawn";
@@ -130,9 +138,7 @@ ms.runsView = async function (tab) {
     filters.replaceChildren(ms.table.filters(refilter));
     redrawTable();
   });
-  // Let the table paint before plotly.js is compiled (it holds the main thread).
-  await new Promise((resolve) => setTimeout(resolve, 0));
-  await Promise.all([redrawPanel(), rest]);
+  await Promise.all([panel, rest]);
   view.dataset.listing = "complete";
   view.dataset.ready = "runs";
   ms.live = async () => {
@@ -160,6 +166,12 @@ ms.runsView = async function (tab) {
     if (ms.charts.tagsOf([...ms.table.selected]).join("\n") !== (ms.charts.tags || []).join("\n")) await redrawPanel();
     else await ms.charts.tick(ids);
   };
+};
+
+// How many of the newest runs the page opens with selected: ?select=N, else 20.
+ms.firstSelection = function () {
+  const asked = Number(new URLSearchParams(location.search).get("select"));
+  return Number.isInteger(asked) && asked > 0 ? Math.min(asked, ms.table.pageSize) : 20;
 };
 
 ms.routes = 0;
