@@ -161,10 +161,17 @@ ms.runsView = async function (tab) {
     }
     ms.table.update(running);
     if (running.length) redrawTable();
-    if (ms.tab !== "scalars") return;
-    // A running run logged a tag no chart shows yet: its chart is added.
-    if (ms.charts.tagsOf([...ms.table.selected]).join("\n") !== (ms.charts.tags || []).join("\n")) await redrawPanel();
-    else await ms.charts.tick(ids);
+    const selected = [...ms.table.selected];
+    if (ms.tab === "scalars") {
+      // A running run logged a tag no chart shows yet: its chart is added.
+      if (ms.charts.tagsOf(selected).join("\n") !== (ms.charts.tags || []).join("\n")) await redrawPanel();
+      else await ms.charts.tick(ids);
+    } else if (ms.across.tabs[ms.tab]) {
+      // The same for images, histograms, text and PR curves: a new tag is drawn, the cards
+      // of the others updated in place.
+      if (ms.across.tagsOf(selected, ms.across.tabs[ms.tab].kinds).join("\n") !== ms.across.tags.join("\n")) await redrawPanel();
+      else await ms.across.tick(ids);
+    }
   };
 };
 
