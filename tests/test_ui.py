@@ -340,3 +340,24 @@ def test_a_million_points_are_reduced_by_the_server(tmp_path: Path) -> None:
         # 701 points fit 800 buckets: every point of the window, and one past each edge.
         assert zoomed["steps"] == list(range(653999, 654702))
         assert first < 5.0 and again < 2.0  # about 0.3 s and 0.05 s measured
+
+
+@pytest.mark.slow
+def test_lines_are_drawn_before_plotly_has_loaded(server: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    with open_browser() as driver:
+        # plotly.js never arrives: the request is held by the browser, unanswered.
+        driver.execute_cdp_cmd("Fetch.enable", {"patterns": [{"urlPattern": "*plotly.min.js*"}]})
+        driver.get(server + "?select=2")
+        loss = ".chart[data-tag='loss'][data-lines]"
+        chart = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, loss))
+        assert driver.execute_script("return [...ms.table.selected].length") == 2  # ?select=2
+        assert chart.get_attribute("data-lines") == "2"
+        assert driver.execute_script("return typeof Plotly") == "undefined"
+        driver.execute_script("arguments[0].scrollIntoView()", chart)
+        png = chart.find_element(By.CSS_SELECTOR, "canvas.sketch").screenshot_as_png
+        selected = driver.execute_script("return [...ms.table.selected]")
+        for run in selected:  # each run's line, in its colour
+            color = driver.execute_script("return ms.colorOf(arguments[0])", run)
+            assert color_pixels(png, color) > 40, color

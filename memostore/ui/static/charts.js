@@ -247,8 +247,11 @@ ms.charts.render = async function (container, ids, options) {
   });
   await Promise.all(fetched);
   container.dataset.drawn = String(Date.now());
-  // The lines are painted before plotly.js is compiled.
-  if (!window.Plotly) await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+  // The lines are painted before plotly.js is compiled (a page in a background tab paints
+  // no frame: it goes on after a moment).
+  if (!window.Plotly) {
+    await new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 200); });
+  }
   await Promise.all(eager.map((chart) => ms.charts.plot(chart)));
   container.dataset.ready = String(Date.now());
 };
