@@ -65,13 +65,30 @@ def start_ui(store: Path) -> tuple[subprocess.Popen, str]:
     return proc, proc.stdout.readline().strip()
 
 
+def _family(pid: int) -> list[int]:
+    """*pid* and its descendants (TensorBoard's data server is a child process)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            todo += [int(child) for child in task.read_text().split()]
+    return found
+
+
 def settle(pid: int, quiet_s: float = 1.0, timeout: float = 600) -> None:
-    """Wait until a server is idle: its CPU time has not grown for *quiet_s* (it has read
-    what it reads when it starts)."""
+    """Wait until a server is idle: the CPU time of its processes has not grown for
+    *quiet_s* (it has read what it reads when it starts, or answered a page)."""
 
     def cpu_ticks() -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
+        total = 0
+        for member in _family(pid):
+            try:
+                fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+        return total
 
     last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -261,6 +261,9 @@ def drawn_in_chromium(
         with tensorboard_server(logdir, runs, points, python_loader, reload_s=5) as server:
             ours, theirs = [], []
             for _ in range(repeat):
+                # Each page on idle servers: the other one's page answered, nothing pending.
+                settle(proc.pid, 0.5, timeout=60)
+                settle(server["pid"], 0.5, timeout=60)
                 ours.append(
                     _browser.time_to_drawn(
                         f"{url}?select={runs}",
@@ -268,6 +271,8 @@ def drawn_in_chromium(
                         runs,
                     )
                 )
+                settle(proc.pid, 0.5, timeout=60)
+                settle(server["pid"], 0.5, timeout=60)
                 theirs.append(
                     _browser.time_to_drawn(
                         server["base"] + "/?forceSVG=true",

@@ -136,7 +136,7 @@ def test_chart_api_sends_tensorboards_smoothing_over_the_raw_values(server: str)
     raw = get_json(server + query)[1]["series"]
     smooth = get_json(server + query + f"&smooth=ema&weight={WEIGHT}")[1]["series"]
     for plain, smoothed in zip(raw, smooth, strict=True):
-        assert "raw" not in plain and plain["steps"] == list(range(120))
+        assert "raw" not in plain and plain["x"] == list(range(120))
         assert smoothed["raw"] == plain["y"]  # the logged values, drawn faded behind
         assert smoothed["y"] == pytest.approx(tb_ema(plain["y"], WEIGHT), rel=1e-12)
         # Wall times: the run's first point, and each point's offset from it.

@@ -122,11 +122,9 @@ ms.runsView = async function (tab) {
     // page's 100), so the charts are not empty.
     for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, ms.firstSelection())) ms.table.selected.add(row.id);
   }
-  // The charts' points are asked for first (plotly.js is downloaded meanwhile, and run once
-  // their lines are drawn: compiling it holds the page for a while); the table is drawn
-  // while they come.
+  // The charts' points are asked for first, and the table drawn while they come; plotly.js
+  // is loaded once their lines are drawn (compiling it holds the page for a while).
   ms.table.relabel();
-  if (ms.tab === "scalars") ms.plotlyPreload();
   const panel = redrawPanel();
   await new Promise((resolve) => setTimeout(resolve, 0));
   redrawTable();

@@ -41,6 +41,9 @@ ms.charts.controls = function (onChange) {
       ["ascending", "lowest first"], ["nearest", "nearest the cursor"], ["name", "by name"]])));
 };
 
+// The steps of a chart's points: on a step axis the server sends them once, as x.
+ms.charts.stepsOf = function (series) { return series.steps || series.x; };
+
 ms.charts.smoothed = function () { const s = ms.charts.settings; return s.smooth !== "none" && s.weight > 0; };
 
 ms.charts.query = function (tag, ids, window, width, after) {
@@ -239,8 +242,8 @@ ms.charts.render = async function (container, ids, options) {
   }, { rootMargin: "600px 0px" });
   const eager = stale.slice(0, ms.charts.EAGER);
   for (const chart of stale.slice(ms.charts.EAGER)) ms.charts.observer.observe(chart.div);
-  // Every first chart's points first (its lines sketched while plotly.js loads), then
-  // plotly.js, whose compiling holds the page for a while, then the plotly charts.
+  // Every first chart's points first (its lines sketched at once), then plotly.js, whose
+  // compiling holds the page for a while, then the plotly charts.
   const fetched = eager.map((chart) => {
     chart.drawn = ms.charts.key(chart);
     return ms.charts.fetch(chart).catch((error) => { chart.drawn = null; throw error; });
@@ -324,7 +327,7 @@ ms.charts.points = function (chart) {
   const smoothed = ms.charts.smoothed();
   return chart.series.map((s) => {
     const value = smoothed ? (s.raw || s.y) : s.y;
-    const out = { id: s.id, name: ms.nameOf(s.id), step: s.steps.slice(),
+    const out = { id: s.id, name: ms.nameOf(s.id), step: ms.charts.stepsOf(s).slice(),
       wall_time: s.rel.map((r) => (r === null || s.start === null ? null : Math.round((s.start + r) * 1000) / 1000)),
       relative_s: s.rel.slice(), value: value.slice() };
     if (smoothed) out.smoothed = s.y.slice();

@@ -82,22 +82,26 @@ ms.sketch.draw = function (div, traces, layout) {
   if (title) ctx.fillText(title, m.l + plotW / 2, m.t + plotH + 20);
   ctx.save();
   ctx.beginPath(); ctx.rect(m.l, m.t, plotW, plotH); ctx.clip();
-  ctx.lineJoin = "round";
+  // x and y to pixels as one multiply and add each: the canvas draws hundreds of thousands.
+  const ax = plotW / (xs[1] - xs[0]), bx = m.l - xs[0] * ax;
+  const ay = -plotH / (y1 - y0), by = m.t + plotH - y0 * ay;
   let lines = 0;
   for (const trace of traces) {
     ctx.globalAlpha = trace.opacity === undefined ? 1 : trace.opacity;
     ctx.strokeStyle = trace.line.color;
     ctx.lineWidth = trace.line.width;
     ctx.beginPath();
+    const tx = trace.x, tyv = trace.y;
     let open = false, drawn = false;
-    for (let i = 0; i < trace.x.length; i++) {
-      const x = trace.x[i], y = trace.y[i] === null ? NaN : ty(trace.y[i]);
+    for (let i = 0; i < tx.length; i++) {
+      const x = tx[i], raw = tyv[i];
+      const y = raw === null ? NaN : log ? ty(raw) : raw;
       if (x === null || !Number.isFinite(y)) { open = false; continue; }
-      if (open) ctx.lineTo(px(x), py(y)); else { ctx.moveTo(px(x), py(y)); open = true; }
+      if (open) ctx.lineTo(x * ax + bx, y * ay + by); else { ctx.moveTo(x * ax + bx, y * ay + by); open = true; }
       drawn = true;
     }
     // A lone point is drawn as a dot, as plotly's markers show it.
-    if (trace.x.length === 1 && open) ctx.arc(px(trace.x[0]), py(ty(trace.y[0])), trace.line.width + 1, 0, 2 * Math.PI);
+    if (tx.length === 1 && open) ctx.arc(px(tx[0]), py(ty(tyv[0])), trace.line.width + 1, 0, 2 * Math.PI);
     ctx.stroke();
     if (drawn && trace.uid.startsWith("line_")) lines += 1;
   }

@@ -3,8 +3,8 @@
 
 const ms = {};
 
-// plotly.js (4.8 MB) is loaded on first use, once the table is drawn: compiling it
-// takes the browser's main thread for a while, which would delay the table.
+// plotly.js (4.8 MB) is loaded on first use, once the table and the first charts' lines
+// are drawn: compiling it takes the browser's main thread for a while.
 ms.plotly = function () {
   if (!ms.plotlyLoading) {
     ms.plotlyLoading = new Promise((resolve, reject) => {
@@ -16,13 +16,6 @@ ms.plotly = function () {
     });
   }
   return ms.plotlyLoading;
-};
-
-// Download plotly.js without running it: the runs page draws its first lines before the
-// browser spends its time compiling it (ms.plotly runs the downloaded copy).
-ms.plotlyPreload = function () {
-  if (ms.plotlyLoading || document.getElementById("plotly-preload")) return;
-  document.head.append(ms.el("link", { id: "plotly-preload", rel: "preload", as: "script", href: "/static/plotly.min.js" }));
 };
 
 ms.get = async function (path) {
