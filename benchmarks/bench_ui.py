@@ -140,7 +140,7 @@ def ui_page(url: str, points: int, runs: int) -> tuple[float, int]:
     elapsed = time.perf_counter() - started
     data = json.loads(body)
     assert len(data["series"]) == len(ids) == runs
-    assert all(s["steps"][-1] == points - 1 for s in data["series"])
+    assert all(s["x"][-1] == points - 1 for s in data["series"])
     return elapsed, len(body)
 
 

@@ -86,6 +86,8 @@ ms.runsView = async function (tab) {
     }));
   };
   let drawing = Promise.resolve();
+  let linesDrawn = null;
+  const lines = new Promise((resolve) => { linesDrawn = resolve; });
   const redrawPanel = () => {
     // One drawing at a time: a click during a drawing draws again after it.
     drawing = drawing.catch(() => {}).then(async () => {
@@ -95,7 +97,7 @@ ms.runsView = async function (tab) {
       chartBox.hidden = !scalars;
       scalarControls.hidden = !scalars;
       kindBox.hidden = scalars;
-      if (scalars) return ms.charts.render(chartBox, ids, { legend: true });
+      if (scalars) return ms.charts.render(chartBox, ids, { legend: true, onLines: linesDrawn });
       ms.tooltip.hide();
       delete kindBox.dataset.ready;
       if (ms.tab === "graph") return ms.graph.render(kindBox, ids);
@@ -122,11 +124,13 @@ ms.runsView = async function (tab) {
     // page's 100), so the charts are not empty.
     for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, ms.firstSelection())) ms.table.selected.add(row.id);
   }
-  // The charts' points are asked for first, and the table drawn while they come; plotly.js
-  // is loaded once their lines are drawn (compiling it holds the page for a while).
+  // The charts' points are asked for first and their lines drawn, then the table (drawing it
+  // meanwhile would hold the browser's main thread, which takes in the points as they
+  // arrive); plotly.js is loaded after both (compiling it holds the page for a while).
   ms.table.relabel();
   const panel = redrawPanel();
-  await new Promise((resolve) => setTimeout(resolve, 0));
+  if (ms.tab === "scalars") await Promise.race([panel, lines.then(ms.painted)]);
+  else await new Promise((resolve) => setTimeout(resolve, 0));
   redrawTable();
   performance.mark("table-drawn");
   view.dataset.table = "drawn";

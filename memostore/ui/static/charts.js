@@ -250,11 +250,8 @@ ms.charts.render = async function (container, ids, options) {
   });
   await Promise.all(fetched);
   container.dataset.drawn = String(Date.now());
-  // The lines are painted before plotly.js is compiled (a page in a background tab paints
-  // no frame: it goes on after a moment).
-  if (!window.Plotly) {
-    await new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 200); });
-  }
+  if (ms.charts.options.onLines) ms.charts.options.onLines();
+  if (!window.Plotly) await ms.painted();  // the lines are painted before plotly.js is compiled
   await Promise.all(eager.map((chart) => ms.charts.plot(chart)));
   container.dataset.ready = String(Date.now());
 };

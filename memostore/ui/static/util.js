@@ -18,6 +18,12 @@ ms.plotly = function () {
   return ms.plotlyLoading;
 };
 
+// Resolved once the browser has painted what the page holds now (after 200 ms at most: a
+// page in a background tab paints nothing).
+ms.painted = function () {
+  return new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 200); });
+};
+
 ms.get = async function (path) {
   const response = await fetch(path, { cache: "no-store" });
   const data = await response.json();
