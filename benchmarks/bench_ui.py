@@ -5,14 +5,21 @@ For each size (default 20 runs x 20,000 points, then 100 runs x 100,000;
 with ``SummaryWriter``, exports them with ``memostore export tensorboard``,
 and measures, as medians of several runs:
 
+- **page open to every run drawn**, in headless Chromium (``_browser.py``),
+  on servers that have settled after starting (TensorBoard has loaded every
+  run; the dashboard has read its first page's series): from the navigation
+  to every run's line drawn on the chart of the first tag, each page opened
+  in a fresh browser profile, the two pages in rotation (target <= 0.3x
+  TensorBoard at 20 x 20,000, <= 0.2x at 100 x 100,000). The runs page opens
+  with every run selected (``?select=N``), as TensorBoard shows every run;
+  TensorBoard draws with its SVG renderer (``?forceSVG=true``), whose lines
+  are elements of the page. Also the time until the dashboard's charts are
+  interactive (plotly has replaced the first lines drawn on a canvas);
 - **page open, all runs' data**: the requests the runs page makes to draw
-  every run's chart, on a server that has settled after starting (TensorBoard
-  has loaded every run; the dashboard has read its first page's series):
-  ``/api/runs?limit=100`` and one ``/api/chart`` of every run (TensorBoard's
-  default EMA 0.6, 800 columns) against TensorBoard's ``/data/runs``,
-  ``/data/plugin/scalars/tags`` and ``scalars_multirun`` of every run; with
-  the bytes each sends (target <= 0.3x at 20 x 20,000, <= 0.2x at
-  100 x 100,000);
+  every run's chart, without a browser: ``/api/runs?limit=100`` and one
+  ``/api/chart`` of every run (TensorBoard's default EMA 0.6, 800 columns)
+  against TensorBoard's ``/data/runs``, ``/data/plugin/scalars/tags`` and
+  ``scalars_multirun`` of every run; with the bytes each sends;
 - **start to all runs' data**: from starting the server to the same data
   served (TensorBoard: polled until every run's last step is served);
 - the same page opened again (the answers the dashboard keeps), and each
@@ -20,16 +27,15 @@ and measures, as medians of several runs:
 - **live staleness**: a script logs a point every 20 ms into a running
   evaluation while a reader polls ``/api/chart`` with ``after`` every 50 ms:
   the time from a point's logging to its being served (target <= 2 s);
-- time to the first chart drawn in headless Chromium (the runs page), and
-  the first load of the runs table of a store of 10,000 evaluations
-  (``/api/runs`` after a cold start, and the page drawn in Chromium).
+- the first load of the runs table of a store of 10,000 evaluations
+  (``/api/runs`` after a cold start, and the table drawn in Chromium).
 
 TensorBoard runs with its default loader (the Rust data server where
 installed, as users get it); ``--tb-python-loader`` uses its Python one.
 
 Run from the repository root::
 
-    python benchmarks/bench_ui.py            # both sizes (builds ~10 min, then ~10 min)
+    python benchmarks/bench_ui.py            # both sizes (builds ~6 min, then ~15 min)
     python benchmarks/bench_ui.py --quick    # 10 runs x 5,000 points, 2,000 evaluations: ~2 min
 """
 
@@ -40,7 +46,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,8 +59,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _common import result
+from _servers import (
+    fetch,
+    peak_rss_mb,
+    post_form,
+    settle,
+    start_ui,
+    stop,
+    tensorboard_server,
+)
 
 WRITER = """
     import sys
@@ -114,44 +127,6 @@ def metrics_fixture(root: Path, runs: int, points: int) -> tuple[Path, list[str]
     return store, ids, logdir
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def fetch(url: str, timeout: float = 120) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def peak_rss_mb(pid: int) -> float:
-    """Peak resident memory of a process (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def start_ui(store: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memostore_cli.main", "--store", str(store), "ui", "--port", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
-
-
 def ui_page(url: str, points: int, runs: int) -> tuple[float, int]:
     """(seconds, bytes) of the requests the runs page makes to draw every run's chart."""
     started = time.perf_counter()
@@ -165,26 +140,8 @@ def ui_page(url: str, points: int, runs: int) -> tuple[float, int]:
     elapsed = time.perf_counter() - started
     data = json.loads(body)
     assert len(data["series"]) == len(ids) == runs
-    assert all(s["steps"][-1] == points - 1 for s in data["series"])
+    assert all(s["x"][-1] == points - 1 for s in data["series"])
     return elapsed, len(body)
-
-
-def settle(pid: int, quiet_s: float = 1.0, timeout: float = 600) -> None:
-    """Wait until a server is idle: its CPU time has not grown for *quiet_s* (it has read
-    what it reads when it starts)."""
-
-    def cpu_ticks() -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-
-    last, since, deadline = -1, time.monotonic(), time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ticks = cpu_ticks()
-        if ticks != last:
-            last, since = ticks, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
-        time.sleep(0.1)
 
 
 def ui_measures(store: Path, points: int, runs: int) -> dict[str, float]:
@@ -211,24 +168,12 @@ def ui_measures(store: Path, points: int, runs: int) -> dict[str, float]:
         stop(proc)
 
 
-def tensorboard_command() -> str:
-    """The ``tensorboard`` script of this Python's environment (or the one on PATH)."""
-    beside = Path(sys.executable).parent / "tensorboard"
-    return str(beside) if beside.exists() else shutil.which("tensorboard") or "tensorboard"
-
-
-def _post(url: str, fields: dict[str, Any]) -> bytes:
-    data = urllib.parse.urlencode(fields, doseq=True).encode()
-    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=600) as response:
-        return response.read()
-
-
 def tensorboard_page(base: str, names: list[str]) -> tuple[float, int]:
     """(seconds, bytes) of the requests TensorBoard's page makes to draw every run's chart."""
     started = time.perf_counter()
     fetch(f"{base}/data/runs")
     fetch(f"{base}/data/plugin/scalars/tags")
-    body = _post(f"{base}/data/plugin/scalars/scalars_multirun", {"tag": "loss", "runs": names})
+    body = post_form(f"{base}/data/plugin/scalars/scalars_multirun", {"tag": "loss", "runs": names})
     return time.perf_counter() - started, len(body)
 
 
@@ -236,47 +181,14 @@ def tensorboard_measures(
     logdir: Path, runs: int, points: int, repeat: int, python_loader: bool
 ) -> dict[str, float]:
     """Start to every run's scalars served, then the page's data on the loaded server."""
-    port = free_port()
-    started = time.perf_counter()
-    loader = ("--load_fast", "false") if python_loader else ()
-    proc = subprocess.Popen(
-        [
-            *(tensorboard_command(), "--logdir", str(logdir)),
-            *("--host", "127.0.0.1", "--port", str(port), *loader, "--reload_interval", "1"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        names: list[str] = []
-        while True:
-            try:
-                names = list(fetch(f"{base}/data/runs"))
-                if len(names) >= runs:
-                    body = _post(
-                        f"{base}/data/plugin/scalars/scalars_multirun",
-                        {"tag": "loss", "runs": names},
-                    )
-                    served = json.loads(body)
-                    if all(served.get(n) and served[n][-1][1] == points - 1 for n in names):
-                        break
-            except (urllib.error.URLError, ConnectionError, ValueError):
-                pass  # not listening yet, or the tag not loaded yet
-            # Half a second between rounds: the requests must not slow the loading down.
-            time.sleep(0.5)
-            if time.perf_counter() - started > 3600:
-                raise TimeoutError("TensorBoard did not serve every run in an hour")
-        cold = time.perf_counter() - started
-        pages = [tensorboard_page(base, names) for _ in range(repeat)]
+    with tensorboard_server(logdir, runs, points, python_loader) as server:
+        pages = [tensorboard_page(server["base"], server["names"]) for _ in range(repeat)]
         return {
-            "cold": cold,
+            "cold": server["cold"],
             "page": statistics.median(p[0] for p in pages),
             "bytes": pages[0][1],
-            "rss": peak_rss_mb(proc.pid),
+            "rss": peak_rss_mb(server["pid"]),
         }
-    finally:
-        stop(proc)
 
 
 LIVE_WRITER = """
@@ -328,36 +240,86 @@ def live_staleness(root: Path, seconds: float = 8.0) -> tuple[float, float, int]
     return statistics.median(lags), max(lags), len(lags)
 
 
-def browser_times(store: Path, repeat: int, table_only: bool = False) -> float:
-    """Median seconds from opening the runs page to its first charts drawn (or its table)."""
-    from ui_support import browser, wait_for
+def drawn_in_chromium(
+    store: Path, logdir: Path, runs: int, points: int, repeat: int, python_loader: bool
+) -> dict[str, float]:
+    """Medians of page open to every run's line drawn, memostore ui against TensorBoard.
 
-    script = "return document.getElementById('view').dataset." + (
-        "table" if table_only else "ready"
-    )
-    expected = "drawn" if table_only else "runs"
+    Both servers settled first (as for the page's data); then, *repeat* rounds of
+    one page open each, in rotation, each in a fresh Chromium (see :mod:`_browser`).
+    The runs page opens with every run selected (``?select=N``), as TensorBoard
+    shows every run.
+    """
+    import _browser
 
+    proc, url = start_ui(store)
+    try:
+        fetch(url + "api/live")
+        settle(proc.pid)
+        # TensorBoard's default reload interval: reading the directory again every second
+        # would slow its pages down.
+        with tensorboard_server(logdir, runs, points, python_loader, reload_s=5) as server:
+            ours, theirs = [], []
+            for _ in range(repeat):
+                # Each page on idle servers: the other one's page answered, nothing pending.
+                settle(proc.pid, 0.5, timeout=60)
+                settle(server["pid"], 0.5, timeout=60)
+                ours.append(
+                    _browser.time_to_drawn(
+                        f"{url}?select={runs}",
+                        {"drawn": _browser.MEMOSTORE_DRAWN, "ready": _browser.MEMOSTORE_READY},
+                        runs,
+                    )
+                )
+                settle(proc.pid, 0.5, timeout=60)
+                settle(server["pid"], 0.5, timeout=60)
+                theirs.append(
+                    _browser.time_to_drawn(
+                        server["base"] + "/?forceSVG=true",
+                        {"drawn": _browser.TENSORBOARD_DRAWN},
+                        runs,
+                    )
+                )
+    finally:
+        stop(proc)
+
+    def median(found: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(f[key] for f in found)
+
+    return {
+        "drawn": median(ours, "drawn"),
+        "ready": median(ours, "ready"),
+        "bytes": median(ours, "bytes"),
+        "requests": median(ours, "requests"),
+        "tb_drawn": median(theirs, "drawn"),
+        "tb_bytes": median(theirs, "bytes"),
+        "tb_requests": median(theirs, "requests"),
+        "all": [round(f["drawn"], 3) for f in ours],
+        "tb_all": [round(f["drawn"], 3) for f in theirs],
+    }
+
+
+def table_in_chromium(store: Path, repeat: int) -> float:
+    """Median seconds from opening the runs page on a server just started to its table drawn."""
+    import _browser
+
+    drawn = "return document.getElementById('view').dataset.table === 'drawn';"
     times = []
-    with browser() as driver:
-        for _ in range(repeat):
-            proc, url = start_ui(store)
-            try:
-                fetch(url + "api/live")  # the server is up (the listing warms meanwhile)
-                started = time.perf_counter()
-                driver.get(url)
-                wait_for(lambda: driver.execute_script(script) == expected, timeout=300, every=0.01)
-                times.append(time.perf_counter() - started)
-                driver.get("about:blank")
-            finally:
-                stop(proc)
+    for _ in range(repeat):
+        proc, url = start_ui(store)
+        try:
+            fetch(url + "api/live")  # the server is up (the listing warms meanwhile)
+            times.append(_browser.time_to_drawn(url, {"table": drawn}, 0)["table"])
+        finally:
+            stop(proc)
     return statistics.median(times)
 
 
 def has_browser() -> bool:
     """Whether the Chromium and chromedriver the timings drive are installed."""
-    from ui_support import CHROMEDRIVER, CHROMIUM
+    import _browser
 
-    return os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)
+    return _browser.has_chromium()
 
 
 def table_store(root: Path, count: int) -> Path:
@@ -397,17 +359,47 @@ def cold_listing(store: Path, repeat: int) -> float:
 
 FULL = {"sizes": [(20, 20_000), (100, 100_000)], "evaluations": 10_000, "repeat": 3}
 QUICK = {"sizes": [(10, 5_000)], "evaluations": 2_000, "repeat": 2}
-# The ratio each size is held to: the page's data, dashboard against TensorBoard.
+# The ratio each size is held to: page open to every run drawn, dashboard against TensorBoard.
 LIMITS = {(20, 20_000): 0.3, (100, 100_000): 0.2}
 
 
 def measure_size(root: Path, runs: int, points: int, options: argparse.Namespace) -> None:
     """Every measure of one size, printed and recorded."""
     store, _, logdir = metrics_fixture(root, runs, points)
+    size = f"{runs} runs x {points} points"
+    key = f"{runs}x{points}"
+    if not options.no_browser and has_browser():
+        drawn = drawn_in_chromium(
+            store, logdir, runs, points, options.repeat, options.tb_python_loader
+        )
+        print(
+            f"{size}: page open to every run's line drawn in Chromium: ui {drawn['drawn']:.2f} s "
+            f"(each {drawn['all']}; {drawn['requests']:.0f} requests, "
+            f"{drawn['bytes'] / 1e6:.1f} MB), TensorBoard {drawn['tb_drawn']:.2f} s "
+            f"(each {drawn['tb_all']}; {drawn['tb_requests']:.0f} requests, "
+            f"{drawn['tb_bytes'] / 1e6:.1f} MB); ratio {drawn['drawn'] / drawn['tb_drawn']:.2f}; "
+            f"ui charts interactive (plotly) {drawn['ready']:.2f} s"
+        )
+        result(
+            f"ui.drawn.{key}",
+            f"page open to every run's line drawn in Chromium, {size}",
+            ours=drawn["drawn"],
+            baseline=drawn["tb_drawn"],
+            baseline_name="TensorBoard, SVG renderer",
+            kind="max" if (runs, points) in LIMITS else "info",
+            limit=LIMITS.get((runs, points), math.nan),
+        )
+        result(
+            f"ui.interactive.{key}",
+            f"page open to every chart of the first screen interactive (plotly), {size}",
+            ours=drawn["ready"],
+            baseline=drawn["tb_drawn"],
+            baseline_name="TensorBoard, lines drawn",
+            kind="info",
+        )
     ours = [ui_measures(store, points, runs) for _ in range(options.repeat)]
     theirs = tensorboard_measures(logdir, runs, points, options.repeat, options.tb_python_loader)
     median = {k: statistics.median(m[k] for m in ours) for k in ours[0]}
-    size = f"{runs} runs x {points} points"
     print(
         f"{size}: page open, all runs' data: ui {median['page']:.3f} s "
         f"({median['bytes'] / 1e3:.0f} kB), "
@@ -419,15 +411,13 @@ def measure_size(root: Path, runs: int, points: int, options: argparse.Namespace
         f"TensorBoard {theirs['cold']:.2f} s; peak RSS ui {median['rss']:.0f} MB, "
         f"TensorBoard {theirs['rss']:.0f} MB"
     )
-    key = f"{runs}x{points}"
     result(
         f"ui.page.{key}",
         f"page open on a settled server to every run's data served, {size}",
         ours=median["page"],
         baseline=theirs["page"],
         baseline_name="TensorBoard",
-        kind="max" if (runs, points) in LIMITS else "info",
-        limit=LIMITS.get((runs, points), math.nan),
+        kind="info",
     )
     result(
         f"ui.start.{key}",
@@ -518,23 +508,16 @@ def main() -> None:
             )
         if not options.no_browser and not has_browser():
             print("no Chromium timings: needs Debian's chromium and chromium-driver")
-        elif not options.no_browser:
-            store, _, _ = metrics_fixture(root, *sizes[0])
-            chart = browser_times(store, options.repeat)
-            print(f"first chart in Chromium: {chart:.2f} s")
+        elif not options.no_browser and not options.no_table:
+            table = table_in_chromium(big, options.repeat)
+            print(f"{options.evaluations}-evaluation table in Chromium: {table:.2f} s")
             result(
-                "ui.first_chart", "runs page to first charts in Chromium", ours=chart, kind="info"
+                "ui.table_page",
+                f"runs page of {options.evaluations} evaluations drawn in Chromium",
+                ours=table,
+                kind="below",
+                limit=1.0,
             )
-            if not options.no_table:
-                table = browser_times(big, options.repeat, table_only=True)
-                print(f"{options.evaluations}-evaluation table in Chromium: {table:.2f} s")
-                result(
-                    "ui.table_page",
-                    f"runs page of {options.evaluations} evaluations drawn in Chromium",
-                    ours=table,
-                    kind="below",
-                    limit=1.0,
-                )
     finally:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -138,13 +138,16 @@ def test_chart_api_downsamples_keeping_the_spike_and_refines_on_zoom(server: str
     for series in data["series"]:
         assert series["count"] == 300 and series["downsampled"]
         assert len(series["x"]) <= 4 * 20 + 2
-        assert 123 in series["steps"]  # the one-point spike survives the reduction
+        assert "steps" not in series  # on a step axis, x holds the steps
+        assert 123 in series["x"]  # the one-point spike survives the reduction
         assert max(series["y"]) > 5.0
     zoomed = get_json(server + f"api/chart?tag=loss&ids={ids[0]}&buckets=20&from=100&to=120")[1]
     series = zoomed["series"][0]
     assert not series["downsampled"]  # 21 points fit in 20 buckets x 4: sent whole
-    assert series["steps"][0] == 99 and series["steps"][-1] == 121  # one point past each edge
-    assert all(b - a == 1 for a, b in zip(series["steps"], series["steps"][1:], strict=False))
+    assert series["x"][0] == 99 and series["x"][-1] == 121  # one point past each edge
+    assert all(b - a == 1 for a, b in zip(series["x"], series["x"][1:], strict=False))
+    wall = get_json(server + f"api/chart?tag=loss&ids={ids[0]}&buckets=20&x=wall")[1]
+    assert 123 in wall["series"][0]["steps"]  # on a time axis, the steps come beside x
     smooth = get_json(server + f"api/chart?tag=loss&ids={ids[0]}&smooth=ema&weight=0.9")[1]
     assert max(smooth["series"][0]["y"]) < 5.0  # smoothing flattens the spike
 
@@ -333,10 +336,31 @@ def test_a_million_points_are_reduced_by_the_server(tmp_path: Path) -> None:
         first = time.perf_counter() - started
         assert series["count"] == 1_000_000 and series["downsampled"]
         assert len(series["x"]) <= 4 * 800 + 2
-        assert 654321 in series["steps"]  # the spike is kept
+        assert 654321 in series["x"]  # the spike is kept
         started = time.perf_counter()
         zoomed = get_json(url + query + "&from=654000&to=654700")[1]["series"][0]
         again = time.perf_counter() - started
         # 701 points fit 800 buckets: every point of the window, and one past each edge.
-        assert zoomed["steps"] == list(range(653999, 654702))
+        assert zoomed["x"] == list(range(653999, 654702))
         assert first < 5.0 and again < 2.0  # about 0.3 s and 0.05 s measured
+
+
+@pytest.mark.slow
+def test_lines_are_drawn_before_plotly_has_loaded(server: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    with open_browser() as driver:
+        # plotly.js never arrives: the request is held by the browser, unanswered.
+        driver.execute_cdp_cmd("Fetch.enable", {"patterns": [{"urlPattern": "*plotly.min.js*"}]})
+        driver.get(server + "?select=2")
+        loss = ".chart[data-tag='loss'][data-lines]"
+        chart = wait_for(lambda: driver.find_element(By.CSS_SELECTOR, loss))
+        assert driver.execute_script("return [...ms.table.selected].length") == 2  # ?select=2
+        assert chart.get_attribute("data-lines") == "2"
+        assert driver.execute_script("return typeof Plotly") == "undefined"
+        driver.execute_script("arguments[0].scrollIntoView()", chart)
+        png = chart.find_element(By.CSS_SELECTOR, "canvas.sketch").screenshot_as_png
+        selected = driver.execute_script("return [...ms.table.selected]")
+        for run in selected:  # each run's line, in its colour
+            color = driver.execute_script("return ms.colorOf(arguments[0])", run)
+            assert color_pixels(png, color) > 40, color

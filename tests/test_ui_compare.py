@@ -136,7 +136,7 @@ def test_chart_api_sends_tensorboards_smoothing_over_the_raw_values(server: str)
     raw = get_json(server + query)[1]["series"]
     smooth = get_json(server + query + f"&smooth=ema&weight={WEIGHT}")[1]["series"]
     for plain, smoothed in zip(raw, smooth, strict=True):
-        assert "raw" not in plain and plain["steps"] == list(range(120))
+        assert "raw" not in plain and plain["x"] == list(range(120))
         assert smoothed["raw"] == plain["y"]  # the logged values, drawn faded behind
         assert smoothed["y"] == pytest.approx(tb_ema(plain["y"], WEIGHT), rel=1e-12)
         # Wall times: the run's first point, and each point's offset from it.
@@ -715,12 +715,21 @@ def test_new_runs_of_the_functions_shown_are_charted_without_a_click(tmp_path: P
 
 
 HOSTILE = '<img src=x onerror="window.__xss=1">&amp;<b>bold</b>'
+# Markdown, as add_text's text is shown: links to other schemes than http, https and mailto
+# (however spelled) and HTML are shown as text, the rest is laid out.
+MARKDOWN = (
+    "# Notes\n\n**bold** [safe](https://example.com/ok) [js](javascript:top.pwned=1) "
+    "[upper]( JaVaScRiPt:top.pwned=1) [data](data:text/html;base64,PHNjcmlwdD4=) "
+    "[vb](vbscript:top.pwned=1) <script>top.pwned=1</script>\n\n"
+    "| a | b |\n|---|---|\n| `x` | *y* |\n\n- one\n- two"
+)
 
 PROBE = f"""
     import numpy as np
     from memostore import memo, SummaryWriter
 
     HOSTILE = {HOSTILE!r}
+    MARKDOWN = {MARKDOWN!r}
 
     @memo
     def probe(note: str):
@@ -728,6 +737,7 @@ PROBE = f"""
         for step in range(3):
             writer.add_scalar(HOSTILE, float(step), step)
             writer.add_text(HOSTILE, HOSTILE, step)
+            writer.add_text("notes", MARKDOWN, step)
             writer.add_image(HOSTILE, np.zeros((3, 4, 4), dtype=np.float32), step)
         writer.add_hparams({{HOSTILE: HOSTILE, "lr": 0.1}}, {{"hparam/" + HOSTILE: 1.0}})
         writer.close()
@@ -771,6 +781,31 @@ def test_hostile_tags_names_and_text_stay_text(tmp_path: Path) -> None:
         assert any(HOSTILE in t for t in texts)
         assert not driver.find_elements(By.CSS_SELECTOR, "#view img[src='x'], #view b")
         assert driver.execute_script("return window.__xss") is None
+
+        # Markdown text: laid out, its links to other schemes and its HTML left as text.
+        _open_tab(driver, "text")
+        notes = driver.find_elements(By.CSS_SELECTOR, ".kind-tag[data-tag='notes'] .markdown")
+        assert len(notes) == 2
+        note = notes[0]
+        assert note.find_element(By.TAG_NAME, "h1").text == "Notes"
+        assert note.find_element(By.TAG_NAME, "strong").text == "bold"
+        cells = note.find_elements(By.CSS_SELECTOR, "table td")
+        assert [c.text for c in cells] == ["x", "y"]
+        assert cells[0].find_element(By.TAG_NAME, "code").text == "x"
+        assert cells[1].find_element(By.TAG_NAME, "em").text == "y"
+        assert [li.text for li in note.find_elements(By.TAG_NAME, "li")] == ["one", "two"]
+        links = driver.execute_script(
+            "return [...document.querySelectorAll('#view a[href]')].map(a => a.href)"
+            ".filter(h => !h.startsWith(location.origin))"
+        )
+        assert links == ["https://example.com/ok"] * 2
+        unsafe = [e.text for e in note.find_elements(By.CSS_SELECTOR, ".unsafe-link")]
+        assert unsafe == ["js", "upper", "data", "vb"]
+        assert "<script>top.pwned=1</script>" in note.text
+        assert not driver.find_elements(By.CSS_SELECTOR, "#view script")
+        for span in note.find_elements(By.CSS_SELECTOR, ".unsafe-link"):
+            span.click()
+        assert driver.execute_script("return window.pwned") is None
 
 
 MANY_TAGS = """

@@ -328,7 +328,7 @@ def test_a_live_run_grows_while_another_process_logs(tmp_path: Path) -> None:
             )
             series = more[1]["series"][0]
             assert series["append"] and series["count"] > first["count"]
-            assert series["steps"][0] == first["count"]
+            assert series["x"][0] == first["count"]
             assert len(series["x"]) == series["count"] - first["count"]
 
             driver.get(url + "?refresh=1000#/")

@@ -32,8 +32,15 @@ ms.across.count = function (ids, tab) {
   return ms.across.tagsOf(ids, kinds).length;
 };
 
+// What the open tab shows, per tag: {section, ids, runs, counts, update}, so that a live
+// refresh updates the cards in place (ms.across.tick).
+ms.across.shown = new Map();
+ms.across.tags = [];
+
 ms.across.render = async function (container, tab, ids) {
   const tags = ms.across.tagsOf(ids, ms.across.tabs[tab].kinds);
+  const shown = ms.across.shown = new Map();
+  ms.across.tags = tags;
   const parts = [];
   if (tab === "histograms") {
     const mode = ms.el("select", { id: "hist-mode", onchange: (e) => { ms.across.histMode = e.target.value; ms.across.render(container, tab, ids); } },
@@ -49,10 +56,39 @@ ms.across.render = async function (container, tab, ids) {
     container.append(section);
     const data = await ms.get(`/api/tag?ids=${ids.join(",")}&tag=${encodeURIComponent(tag)}`);
     const runs = data.runs.filter((r) => r.events.length);
-    await ms.across.draw[tab](section, tag, runs);
+    const counts = new Map(data.runs.map((r) => [r.id, r.count]));
+    const update = await ms.across.draw[tab](section, tag, runs);
+    shown.set(tag, { section, ids, runs, counts, update });
   });
   await Promise.all(draws);
   container.dataset.ready = tab;
+};
+
+// How many points of *tag* the table's row of *id* counts (a running run's grows).
+ms.across.countOf = function (id, tag) {
+  const row = ms.table.byId.get(id);
+  const stats = row && row.metrics && row.metrics[tag];
+  return (stats && stats.count) || 0;
+};
+
+// Bring the open tab up to date with the running runs *liveIds* (their rows just refreshed):
+// a tag is asked for again only for the running runs whose count of its points grew, and
+// their cards are updated in place (the new image, text, histogram or curve, the slider's
+// new steps), nothing else drawn again. A slider left at the last step follows new steps.
+ms.across.tick = async function (liveIds) {
+  for (const [tag, shown] of ms.across.shown) {
+    if (!shown.section.isConnected) continue;
+    const grown = shown.ids.filter((id) => liveIds.has(id) && ms.across.countOf(id, tag) !== (shown.counts.get(id) || 0));
+    if (!grown.length) continue;
+    const data = await ms.get(`/api/tag?ids=${grown.join(",")}&tag=${encodeURIComponent(tag)}`);
+    for (const id of grown) shown.counts.set(id, ms.across.countOf(id, tag));
+    const fresh = new Map(data.runs.filter((r) => r.events.length).map((r) => [r.id, r]));
+    if (!fresh.size) continue;
+    for (const run of fresh.values()) shown.counts.set(run.id, run.count);
+    const held = new Map(shown.runs.map((r) => [r.id, r]));
+    shown.runs = shown.ids.filter((id) => fresh.has(id) || held.has(id)).map((id) => fresh.get(id) || held.get(id));
+    await shown.update(shown.runs, new Set(fresh.keys()));
+  }
 };
 
 // The event of *events* at *step*: the last one logged at or before it, else the first.
@@ -63,12 +99,20 @@ ms.across.at = function (events, step) {
 };
 
 // A slider over every step any run logged the tag at; *onStep(step)* draws that step.
+// setRuns(runs) takes the steps of runs that logged more: a slider at the last step moves
+// to the new last one, one the reader moved stays at its step.
 ms.across.slider = function (tag, runs, onStep) {
-  const steps = [...new Set(runs.flatMap((r) => r.events.map((e) => e.step)))].sort((a, b) => a - b);
-  const picked = ms.across.steps.get(tag);
-  const start = picked !== undefined && steps.includes(picked) ? steps.indexOf(picked) : steps.length - 1;
+  let steps = [];
   const label = ms.el("span", { class: "step-label" });
-  const input = ms.el("input", { type: "range", class: "step-slider", min: "0", max: String(Math.max(0, steps.length - 1)), value: String(start) });
+  const input = ms.el("input", { type: "range", class: "step-slider", min: "0" });
+  const setRuns = (fresh) => {
+    steps = [...new Set(fresh.flatMap((r) => r.events.map((e) => e.step)))].sort((a, b) => a - b);
+    const picked = ms.across.steps.get(tag);
+    const at = picked !== undefined && steps.includes(picked) ? steps.indexOf(picked) : steps.length - 1;
+    input.max = String(Math.max(0, steps.length - 1));
+    input.value = String(Math.max(0, at));
+    input.disabled = steps.length < 2;
+  };
   const show = () => {
     const step = steps[Number(input.value)];
     label.textContent = `step ${step}` + (steps.length > 1 ? ` (${Number(input.value) + 1} of ${steps.length})` : "");
@@ -79,9 +123,9 @@ ms.across.slider = function (tag, runs, onStep) {
     if (Number(input.value) === steps.length - 1) ms.across.steps.delete(tag); else ms.across.steps.set(tag, step);
     show();
   });
+  setRuns(runs);
   const box = ms.el("div", { class: "controls step-controls" }, ms.el("label", {}, "step ", input), label);
-  if (steps.length < 2) input.disabled = true;
-  return { box, show };
+  return { box, show, setRuns };
 };
 
 ms.across.head = function (id, detail) {
@@ -102,18 +146,21 @@ ms.across.imageWidth = function (width) {
 
 ms.across.draw = {};
 
+// Each draw function shows one tag of *runs* in *section* and returns update(runs, changed):
+// the same tag again with the runs' latest points, *changed* the ids whose points grew.
 ms.across.draw.images = function (section, tag, runs) {
   const grid = ms.el("div", { class: "cards media-cards" });
-  const cards = runs.map((run) => {
+  const cards = new Map();
+  const add = (run) => {
     const img = ms.el("img", { alt: `${tag} of ${ms.nameOf(run.id)}`, loading: "lazy" });
     const caption = ms.el("span", { class: "step-of" });
     const card = ms.el("figure", { class: "card media-card", "data-id": run.id }, ms.across.head(run.id, caption), img);
     img.addEventListener("click", () => ms.across.lightbox(img.src, `${ms.nameOf(run.id)} · ${tag} · ${caption.textContent}`));
     grid.append(card);
-    return { run, img, caption, card };
-  });
+    cards.set(run.id, { run, img, caption, card });
+  };
   const slider = ms.across.slider(tag, runs, (step) => {
-    for (const c of cards) {
+    for (const c of cards.values()) {
       const e = ms.across.at(c.run.events, step);
       if (e.media === undefined) continue;
       const src = ms.across.mediaUrl(c.run.id, tag, e);
@@ -125,7 +172,13 @@ ms.across.draw.images = function (section, tag, runs) {
     }
   });
   section.append(slider.box, grid);
-  slider.show();
+  const update = (fresh) => {
+    for (const run of fresh) if (cards.has(run.id)) cards.get(run.id).run = run; else add(run);
+    slider.setRuns(fresh);
+    slider.show();
+  };
+  update(runs);
+  return update;
 };
 
 // Full size, over the page: small images at the largest whole factor that fits the window.
@@ -249,43 +302,61 @@ ms.across.draw.histograms = function (section, tag, runs) {
   const mode = ms.across.histMode;
   const grid = ms.el("div", { class: "cards" });
   section.append(grid);
-  const plots = [];
-  for (const run of runs) {
-    const div = ms.el("div", { class: "chart small", "data-mode": mode });
-    grid.append(ms.el("div", { class: "card", "data-id": run.id }, ms.across.head(run.id, ms.el("span", { class: "step-of" },
-      run.count <= 30 || mode === "distribution" ? `${run.count} steps` : `the last 30 of ${run.count} steps`)), div));
-    plots.push(ms.plotly().then(() => Plotly.newPlot(div, ms.across.histogramTraces(run.events, ms.colorOf(run.id), mode),
+  const cards = new Map();
+  const draw = (run) => {
+    let c = cards.get(run.id);
+    if (!c) {
+      const div = ms.el("div", { class: "chart small", "data-mode": mode });
+      const caption = ms.el("span", { class: "step-of" });
+      grid.append(ms.el("div", { class: "card", "data-id": run.id }, ms.across.head(run.id, caption), div));
+      c = { div, caption };
+      cards.set(run.id, c);
+    }
+    c.caption.textContent = run.count <= 30 || mode === "distribution" ? `${run.count} steps` : `the last 30 of ${run.count} steps`;
+    return ms.plotly().then(() => Plotly.react(c.div, ms.across.histogramTraces(run.events, ms.colorOf(run.id), mode),
       ms.across.histogramLayout(run.events, mode), { responsive: true, displaylogo: false }))
-      .then(() => { div.dataset.drawn = String(div.data.length); }));
-  }
-  return Promise.all(plots);
+      .then(() => { c.div.dataset.drawn = String(c.div.data.length); c.div.dataset.steps = String(run.count); });
+  };
+  const update = (fresh, changed) => Promise.all(fresh.filter((run) => !changed || changed.has(run.id)).map(draw));
+  return update(runs).then(() => update);
 };
 
+// Text as TensorBoard shows it: Markdown (markdown.js), at the slider's step.
 ms.across.draw.text = function (section, tag, runs) {
   const grid = ms.el("div", { class: "cards text-cards" });
-  const cards = runs.map((run) => {
+  const cards = new Map();
+  const add = (run) => {
     const caption = ms.el("span", { class: "step-of" });
-    const text = ms.el("pre", { class: "logged-text" });
+    const text = ms.el("div", { class: "logged-text" });
     grid.append(ms.el("div", { class: "card", "data-id": run.id }, ms.across.head(run.id, caption), text));
-    return { run, caption, text };
-  });
+    cards.set(run.id, { run, caption, text, shown: null });
+  };
   const slider = ms.across.slider(tag, runs, (step) => {
-    for (const c of cards) {
+    for (const c of cards.values()) {
       const e = ms.across.at(c.run.events, step);
-      c.text.textContent = e.text;
+      if (c.shown !== e.text) c.text.replaceChildren(ms.markdown.render(e.text));
+      c.shown = e.text;
       c.caption.textContent = `step ${e.step}`;
+      c.text.dataset.step = String(e.step);
     }
   });
   section.append(slider.box, grid);
-  slider.show();
+  const update = (fresh) => {
+    for (const run of fresh) if (cards.has(run.id)) cards.get(run.id).run = run; else add(run);
+    slider.setRuns(fresh);
+    slider.show();
+  };
+  update(runs);
+  return update;
 };
 
 ms.across.draw.pr = function (section, tag, runs) {
   const div = ms.el("div", { class: "chart pr" });
   const card = ms.el("div", { class: "card wide" }, div);
+  let shown = runs;
   let drawn = null;
   const slider = ms.across.slider(tag, runs, (step) => {
-    const traces = runs.map((run) => {
+    const traces = shown.map((run) => {
       const p = ms.across.at(run.events, step);
       return { type: "scatter", mode: "lines+markers", x: p.recall, y: p.precision, marker: { size: 3 }, name: ms.plotText(ms.nameOf(run.id)),
         line: { color: ms.colorOf(run.id), width: 1.7 }, customdata: p.recall.map(() => p.step),
@@ -297,6 +368,12 @@ ms.across.draw.pr = function (section, tag, runs) {
       .then(() => { div.dataset.step = String(step); div.dataset.drawn = String(traces.length); });
   });
   section.append(slider.box, card);
+  const update = (fresh) => {
+    shown = fresh;
+    slider.setRuns(fresh);
+    slider.show();
+    return drawn;
+  };
   // Drawn once the card is on the page, so that plotly sizes it.
-  return new Promise((resolve) => setTimeout(() => { slider.show(); drawn.then(resolve); }, 0));
+  return new Promise((resolve) => setTimeout(() => { slider.show(); drawn.then(() => resolve(update)); }, 0));
 };

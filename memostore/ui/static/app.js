@@ -86,6 +86,8 @@ ms.runsView = async function (tab) {
     }));
   };
   let drawing = Promise.resolve();
+  let linesDrawn = null;
+  const lines = new Promise((resolve) => { linesDrawn = resolve; });
   const redrawPanel = () => {
     // One drawing at a time: a click during a drawing draws again after it.
     drawing = drawing.catch(() => {}).then(async () => {
@@ -95,7 +97,7 @@ ms.runsView = async function (tab) {
       chartBox.hidden = !scalars;
       scalarControls.hidden = !scalars;
       kindBox.hidden = scalars;
-      if (scalars) return ms.charts.render(chartBox, ids, { legend: true });
+      if (scalars) return ms.charts.render(chartBox, ids, { legend: true, onLines: linesDrawn });
       ms.tooltip.hide();
       delete kindBox.dataset.ready;
       if (ms.tab === "graph") return ms.graph.render(kindBox, ids);
@@ -118,9 +120,17 @@ ms.runsView = async function (tab) {
       ms.el("label", { title: "select new runs of the functions shown as they start" }, follow, " follow new runs"))),
     scalarControls, chartBox, kindBox);
   if (!ms.table.selected.size) {
-    // Start with the newest runs that logged something (up to 20), so the charts are not empty.
-    for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, 20)) ms.table.selected.add(row.id);
+    // Start with the newest runs that logged something (20, or ?select=N up to the first
+    // page's 100), so the charts are not empty.
+    for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, ms.firstSelection())) ms.table.selected.add(row.id);
   }
+  // The charts' points are asked for first and their lines drawn, then the table (drawing it
+  // meanwhile would hold the browser's main thread, which takes in the points as they
+  // arrive); plotly.js is loaded after both (compiling it holds the page for a while).
+  ms.table.relabel();
+  const panel = redrawPanel();
+  if (ms.tab === "scalars") await Promise.race([panel, lines.then(ms.painted)]);
+  else await new Promise((resolve) => setTimeout(resolve, 0));
   redrawTable();
   performance.mark("table-drawn");
   view.dataset.table = "drawn";
@@ -130,9 +140,7 @@ ms.runsView = async function (tab) {
     filters.replaceChildren(ms.table.filters(refilter));
     redrawTable();
   });
-  // Let the table paint before plotly.js is compiled (it holds the main thread).
-  await new Promise((resolve) => setTimeout(resolve, 0));
-  await Promise.all([redrawPanel(), rest]);
+  await Promise.all([panel, rest]);
   view.dataset.listing = "complete";
   view.dataset.ready = "runs";
   ms.live = async () => {
@@ -155,11 +163,24 @@ ms.runsView = async function (tab) {
     }
     ms.table.update(running);
     if (running.length) redrawTable();
-    if (ms.tab !== "scalars") return;
-    // A running run logged a tag no chart shows yet: its chart is added.
-    if (ms.charts.tagsOf([...ms.table.selected]).join("\n") !== (ms.charts.tags || []).join("\n")) await redrawPanel();
-    else await ms.charts.tick(ids);
+    const selected = [...ms.table.selected];
+    if (ms.tab === "scalars") {
+      // A running run logged a tag no chart shows yet: its chart is added.
+      if (ms.charts.tagsOf(selected).join("\n") !== (ms.charts.tags || []).join("\n")) await redrawPanel();
+      else await ms.charts.tick(ids);
+    } else if (ms.across.tabs[ms.tab]) {
+      // The same for images, histograms, text and PR curves: a new tag is drawn, the cards
+      // of the others updated in place.
+      if (ms.across.tagsOf(selected, ms.across.tabs[ms.tab].kinds).join("\n") !== ms.across.tags.join("\n")) await redrawPanel();
+      else await ms.across.tick(ids);
+    }
   };
+};
+
+// How many of the newest runs the page opens with selected: ?select=N, else 20.
+ms.firstSelection = function () {
+  const asked = Number(new URLSearchParams(location.search).get("select"));
+  return Number.isInteger(asked) && asked > 0 ? Math.min(asked, ms.table.pageSize) : 20;
 };
 
 ms.routes = 0;

@@ -41,6 +41,9 @@ ms.charts.controls = function (onChange) {
       ["ascending", "lowest first"], ["nearest", "nearest the cursor"], ["name", "by name"]])));
 };
 
+// The steps of a chart's points: on a step axis the server sends them once, as x.
+ms.charts.stepsOf = function (series) { return series.steps || series.x; };
+
 ms.charts.smoothed = function () { const s = ms.charts.settings; return s.smooth !== "none" && s.weight > 0; };
 
 ms.charts.query = function (tag, ids, window, width, after) {
@@ -95,15 +98,33 @@ ms.charts.layout = function (chart) {
 ms.charts.config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d", "toImage"] };
 
 ms.charts.draw = async function (chart) {
+  await ms.charts.fetch(chart);
+  await ms.charts.plot(chart);
+};
+
+// A chart's points from the server. Before plotly.js has loaded (the page's first charts),
+// its lines are drawn at once on a canvas (sketch.js), which the plotly chart replaces.
+ms.charts.fetch = async function (chart) {
   const width = chart.div.clientWidth || 600;
-  // The points are asked for while plotly.js loads: compiling it takes the browser seconds.
-  const [data] = await Promise.all([ms.get(ms.charts.query(chart.tag, chart.ids, chart.window, width)), ms.plotly()]);
+  const data = await ms.get(ms.charts.query(chart.tag, chart.ids, chart.window, width));
   chart.series = data.series;
   chart.counts = new Map(data.series.map((s) => [s.id, s.count]));
+  if (!window.Plotly) {
+    const lines = ms.sketch.draw(chart.div, ms.charts.traces(chart), ms.charts.layout(chart));
+    if (lines) chart.div.dataset.lines = String(lines);
+  }
+};
+
+// The fetched points as a plotly chart (zoom, pan, the tooltip of every run).
+ms.charts.plot = async function (chart) {
+  await ms.plotly();
+  const sketch = chart.div.querySelector(":scope > canvas.sketch");
+  if (sketch) sketch.remove();
   await Plotly.react(chart.div, ms.charts.traces(chart), ms.charts.layout(chart), ms.charts.config);
   ms.charts.watch(chart);
-  chart.div.dataset.series = String(data.series.length);
-  chart.div.dataset.points = data.series.map((s) => s.x.length).join(",");
+  chart.div.dataset.series = String(chart.series.length);
+  chart.div.dataset.lines = String(chart.series.filter((s) => s.x.length).length);
+  chart.div.dataset.points = chart.series.map((s) => s.x.length).join(",");
 };
 
 // What a chart is drawn from: when it changes, the chart is fetched again.
@@ -198,7 +219,6 @@ ms.charts.render = async function (container, ids, options) {
   if (!tags.length) parts.push(ms.el("p", { class: "same" }, ids.length ? "the selected runs logged no scalars" : "select runs in the table to chart them"));
   else if (!pinned.length && !matched.length) parts.push(ms.el("p", { class: "same" }, `no tag matches /${ms.charts.filter}/`));
   container.replaceChildren(...parts);
-  const draws = [];
   const stale = [];
   for (const tag of [...pinned, ...matched]) {
     const chart = ms.charts.charts.get(tag);
@@ -220,11 +240,19 @@ ms.charts.render = async function (container, ids, options) {
       if (chart && chart.div === entry.target) ms.charts.redraw(chart);
     }
   }, { rootMargin: "600px 0px" });
-  stale.forEach((chart, i) => {
-    if (i < ms.charts.EAGER) draws.push(ms.charts.redraw(chart));
-    else ms.charts.observer.observe(chart.div);
+  const eager = stale.slice(0, ms.charts.EAGER);
+  for (const chart of stale.slice(ms.charts.EAGER)) ms.charts.observer.observe(chart.div);
+  // Every first chart's points first (its lines sketched at once), then plotly.js, whose
+  // compiling holds the page for a while, then the plotly charts.
+  const fetched = eager.map((chart) => {
+    chart.drawn = ms.charts.key(chart);
+    return ms.charts.fetch(chart).catch((error) => { chart.drawn = null; throw error; });
   });
-  await Promise.all(draws);
+  await Promise.all(fetched);
+  container.dataset.drawn = String(Date.now());
+  if (ms.charts.options.onLines) ms.charts.options.onLines();
+  if (!window.Plotly) await ms.painted();  // the lines are painted before plotly.js is compiled
+  await Promise.all(eager.map((chart) => ms.charts.plot(chart)));
   container.dataset.ready = String(Date.now());
 };
 
@@ -296,7 +324,7 @@ ms.charts.points = function (chart) {
   const smoothed = ms.charts.smoothed();
   return chart.series.map((s) => {
     const value = smoothed ? (s.raw || s.y) : s.y;
-    const out = { id: s.id, name: ms.nameOf(s.id), step: s.steps.slice(),
+    const out = { id: s.id, name: ms.nameOf(s.id), step: ms.charts.stepsOf(s).slice(),
       wall_time: s.rel.map((r) => (r === null || s.start === null ? null : Math.round((s.start + r) * 1000) / 1000)),
       relative_s: s.rel.slice(), value: value.slice() };
     if (smoothed) out.smoothed = s.y.slice();

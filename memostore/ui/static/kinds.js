@@ -52,7 +52,7 @@ ms.kinds.draw.audio = function (box, data, where) {
 };
 
 ms.kinds.draw.text = function (box, data) {
-  box.append(ms.el("div", {}, data.events.slice(-20).map((e) => [ms.el("b", {}, `step ${e.step}`), ms.el("pre", {}, e.text)])));
+  box.append(ms.el("div", {}, data.events.slice(-20).map((e) => [ms.el("b", {}, `step ${e.step}`), ms.el("div", { class: "logged-text" }, ms.markdown.render(e.text))])));
 };
 
 // Histograms over steps as an offset view: one filled outline per step, the newest in

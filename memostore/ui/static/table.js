@@ -165,11 +165,17 @@ ms.table.filters = function (onChange) {
     ms.el("button", { id: "clear", onclick: () => { t.selected.clear(); t.onSelect(); onChange(); } }, "clear selection"));
 };
 
-ms.table.render = function (container) {
+// Name the runs shown (the table's rows and the selected ones) among themselves; the rows.
+ms.table.relabel = function () {
   const t = ms.table;
   const rows = t.visible();
-  // Names among the runs shown: the table's rows and the selected ones.
   t.labels = t.label([...new Set([...rows, ...[...t.selected].map((id) => t.byId.get(id)).filter(Boolean)])]);
+  return rows;
+};
+
+ms.table.render = function (container) {
+  const t = ms.table;
+  const rows = t.relabel();
   const cols = t.columns();
   const pages = Math.max(1, Math.ceil(rows.length / t.pageSize));
   t.page = Math.min(t.page, pages - 1);

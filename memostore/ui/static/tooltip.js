@@ -23,7 +23,7 @@ ms.tooltip.rows = function (chart, x, y) {
     if (i < 0) return;
     const rel = series.rel[i];
     rows.push({
-      id: series.id, order, name: ms.nameOf(series.id), step: series.steps[i],
+      id: series.id, order, name: ms.nameOf(series.id), step: ms.charts.stepsOf(series)[i],
       smoothed: series.y[i], value: smoothed && series.raw ? series.raw[i] : series.y[i],
       wall: rel === null || series.start === null ? null : series.start + rel, relative: rel,
     });

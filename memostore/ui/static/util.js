@@ -3,8 +3,8 @@
 
 const ms = {};
 
-// plotly.js (4.8 MB) is loaded on first use, once the table is drawn: compiling it
-// takes the browser's main thread for a while, which would delay the table.
+// plotly.js (4.8 MB) is loaded on first use, once the table and the first charts' lines
+// are drawn: compiling it takes the browser's main thread for a while.
 ms.plotly = function () {
   if (!ms.plotlyLoading) {
     ms.plotlyLoading = new Promise((resolve, reject) => {
@@ -16,6 +16,12 @@ ms.plotly = function () {
     });
   }
   return ms.plotlyLoading;
+};
+
+// Resolved once the browser has painted what the page holds now (after 200 ms at most: a
+// page in a background tab paints nothing).
+ms.painted = function () {
+  return new Promise((resolve) => { requestAnimationFrame(() => setTimeout(resolve, 0)); setTimeout(resolve, 200); });
 };
 
 ms.get = async function (path) {
