@@ -3,11 +3,14 @@
 ``leases/<function>/<call key>.json`` (the function part escaped as in ref
 names) exists while a process computes that call. Contract:
 
-1. Creation is ``O_CREAT|O_EXCL`` on the lease's own name (atomic on local file
-   systems and on NFSv3 and later): of several processes that miss on one key,
-   exactly one creates it. The record (holder's host, pid, process start time,
-   thread, lease id, start time, heartbeat interval, expiry) is written right
-   after, without an fsync: a lease is worthless after a reboot anyway.
+1. The record (holder's host, pid, process start time, thread, lease id, start
+   time, heartbeat interval, expiry) is written to a hidden file of the holder,
+   then hard-linked to the lease's name (atomic on local file systems and on
+   NFSv3 and later, and refused when the name exists): of several processes
+   that miss on one key, exactly one creates it, and a lease never exists
+   without its record, whenever its holder dies. Where hard links are not
+   supported, creation is ``O_CREAT|O_EXCL`` on the lease's name, the record
+   written right after. No fsync: a lease is worthless after a reboot anyway.
 2. The heartbeat is the file's modification time. A daemon thread of the
    holding process touches every lease it holds each ``HEARTBEAT_S`` seconds,
    through the descriptor kept open since creation, so it only ever touches its
@@ -26,8 +29,9 @@ names) exists while a process computes that call. Contract:
 5. The holder removes its lease when its evaluation is recorded (result or
    failure), checking first that the name still holds its own file.
 
-An empty or unparseable lease is one being written (or damaged): it is judged
-by its age alone.
+An empty or unparseable lease (created in place, or damaged) is judged by its
+age alone. A hidden record that never took its lease's name is invisible to
+waiters; gc removes it.
 """
 
 from __future__ import annotations
@@ -231,23 +235,58 @@ _process: list[Any] = [None, None]
 def try_create(root: str, path: str, function: str, key: str) -> Lease | None:
     """Create the lease at *path*; None when another caller holds it.
 
+    The record is written to a hidden file of this process first, which is then
+    hard-linked to the lease's name (atomic, and refused when the name exists):
+    a lease never exists without its holder's record. A holder killed between
+    creating the file and writing it would otherwise leave a lease that names
+    no process, which waiters can only judge by its age (30 s each). Where hard
+    links are not supported, the lease is created in place.
+
     Raises:
         OSError: the store refuses the file (read-only, full, ...).
     """
+    record = _record(function, key)
+    scratch = _scratch_name(path)
     try:
-        fd = os.open(path, _OPEN_FLAGS, 0o644)
-    except FileExistsError:
-        return None
+        fd = os.open(scratch, _OPEN_FLAGS, 0o644)
     except FileNotFoundError:
         # The function's first lease: its directory, made beneath the store's root,
         # never through a link planted there.
         make_dirs_beneath(root, os.path.relpath(os.path.dirname(path), root))
-        try:
-            fd = os.open(path, _OPEN_FLAGS, 0o644)
-        except FileExistsError:
-            return None
+        fd = os.open(scratch, _OPEN_FLAGS, 0o644)
     try:
-        os.write(fd, _record(function, key))
+        try:
+            os.write(fd, record)
+            os.link(scratch, path, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch)
+    except FileExistsError:
+        os.close(fd)
+        return None
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in lockfile.NO_HARD_LINKS:
+            return _create_in_place(path, record)
+        raise
+    except BaseException:
+        os.close(fd)
+        raise
+    return Lease(path, fd)
+
+
+def _scratch_name(path: str) -> str:
+    """A hidden name beside *path* for a record written before it takes *path*'s name."""
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}")
+
+
+def _create_in_place(path: str, record: bytes) -> Lease | None:
+    try:
+        fd = os.open(path, _OPEN_FLAGS, 0o644)
+    except FileExistsError:
+        return None
+    try:
+        os.write(fd, record)
         return Lease(path, fd)
     except BaseException:
         os.close(fd)
@@ -271,9 +310,7 @@ def take_over(path: str, judged: LeaseView, function: str, key: str) -> Lease | 
         current = read_lease(path)
         if current is None or current.ident != judged.ident:
             return None
-        scratch = os.path.join(
-            os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}"
-        )
+        scratch = _scratch_name(path)
         fd = os.open(scratch, _OPEN_FLAGS, 0o644)
         try:
             os.write(fd, _record(function, key))
@@ -323,19 +360,35 @@ def remove_if_stale(path: str, older_than: float, dry_run: bool) -> int:
     return max(size, 1)
 
 
+def _remove_old_scratch(path: str, older_than: float, dry_run: bool) -> int:
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= older_than:
+        return 0
+    if not dry_run:
+        os.unlink(path)
+    return max(st.st_size, 1)
+
+
 def remove_stale_leases(root: str, older_than: float, dry_run: bool) -> tuple[int, int]:
     """(count, bytes) of the leases under ``leases/`` whose holders are gone, removed."""
     count = size = 0
     base = os.path.join(root, LEASES_DIRNAME)
     if os.path.islink(base):
         return 0, 0
+    scratch_before = min(older_than, time.time() - EXPIRES_S)
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
         for name in filenames:
-            if name.startswith(".") or not name.endswith(".json"):
-                continue
+            path = os.path.join(dirpath, name)
             try:
-                freed = remove_if_stale(os.path.join(dirpath, name), older_than, dry_run)
+                if name.startswith("."):
+                    # A record that never took its lease's name: its writer was
+                    # killed in the microseconds between (see try_create).
+                    freed = _remove_old_scratch(path, scratch_before, dry_run)
+                elif name.endswith(".json"):
+                    freed = remove_if_stale(path, older_than, dry_run)
+                else:
+                    continue
             except (OSError, MemostoreError):
                 continue
             if freed:

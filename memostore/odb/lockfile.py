@@ -48,7 +48,7 @@ from .fsutil import fsync_dir, write_all
 HOST = socket.gethostname()
 # What link() fails with where a file system has no hard links (FAT, some FUSE
 # and SMB mounts).
-_NO_HARD_LINKS = frozenset(
+NO_HARD_LINKS = frozenset(
     {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
 )
 
@@ -151,7 +151,7 @@ class LockFile:
                     os.unlink(scratch)
         except OSError as exc:
             os.close(fd)
-            if exc.errno in _NO_HARD_LINKS:
+            if exc.errno in NO_HARD_LINKS:
                 return self._create_in_place(record)
             raise
         except BaseException:

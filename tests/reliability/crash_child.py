@@ -27,6 +27,7 @@ waits until FILE exists, so that the parent can act inside that window):
     publish-after    the ref is set, the call has not returned yet
     body             inside the function body
     lock-created     a ref's lock is being made: its file exists, not yet under the lock's name
+    lease-created    a call's lease is being made: a file of it exists, its record may not
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ def _instrument() -> None:
         fd = real_open(path, flags, *args, **kw)
         if flags & os.O_EXCL and ".lock" in os.path.basename(str(path)):
             checkpoint("lock-created")
+        elif flags & os.O_EXCL and f"{os.sep}leases{os.sep}" in str(path):
+            checkpoint("lease-created")
         return fd
 
     os.fsync, os.replace, os.open = fsync, replace, open_

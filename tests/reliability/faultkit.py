@@ -115,6 +115,13 @@ def leftovers(root: Path) -> dict[str, list[str]]:
     if (root / "pending").is_dir():
         found["pending"] = sorted(os.listdir(root / "pending"))
     found["lock companions"] = []
+    # Lease records of holders killed before they took their lease's name.
+    found["lease scratch"] = [
+        str(Path(dirpath, name).relative_to(root))
+        for dirpath, _dirs, files in os.walk(root / "leases")
+        for name in files
+        if name.startswith(".")
+    ]
     for dirpath, _dirs, files in os.walk(root / "refs"):
         for filename in files:
             if is_lock_name(filename):

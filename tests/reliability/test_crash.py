@@ -24,6 +24,7 @@ Counts: ``MEMOSTORE_RELIABILITY_KILLS`` (small results, default 50),
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -61,6 +62,7 @@ EVENTS = (
     "publish-after",
     "body",
     "lock-created",
+    "lease-created",
 )
 # How long a later process may take to finish after a kill: less than a lock's
 # stale_after (30 s), so that waiting out a lock the dead process left fails the
@@ -294,3 +296,29 @@ def _key_of_ref(campaign: Campaign, name: str) -> int | None:
     if target is None:
         return None
     return store.evaluation(target).body.get("hparams", {}).get("key")
+
+
+def test_a_holder_killed_as_it_makes_its_lease_blocks_no_later_call(tmp_path: Path) -> None:
+    """A lease is never seen without its holder's record, whenever its maker dies."""
+    store = tmp_path / "store"
+    child = Child(
+        "crash_child.py",
+        ["small", "7"],
+        tmp_path / "killed.txt",
+        child_env(store, {"RELIABILITY_KILL": "lease-created:1"}),
+    )
+    rc, output = child.finish()
+    assert rc == -9, output
+    assert ["computing", "7"] not in child.lines()
+    started = time.monotonic()
+    lines, _ = run_child("crash_child.py", ["small", "7"], tmp_path / "later.txt", child_env(store))
+    # A lease naming no process could only be judged by its age: 30 s.
+    assert time.monotonic() - started < 15.0
+    assert ["computing", "7"] in lines and ["done", "7 miss ok"] in lines
+    # What the dead maker left is hidden from waiters, and gc removes it once old.
+    scratch = leftovers(store)["lease scratch"]
+    assert scratch
+    for rel in scratch:
+        os.utime(store / rel, (time.time() - 3600, time.time() - 3600))
+    gc_store(store, grace_s=0.0)
+    assert not leftovers(store)["lease scratch"]
