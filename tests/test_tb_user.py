@@ -113,7 +113,7 @@ def _ui_scalars(url: str) -> dict[tuple[str, str], dict[str, list[tuple[int, flo
                 (series,) = chart["series"]
                 assert series["name"] == row["name"] and not series["downsampled"]
                 values = np.float32(series["y"]).tolist()  # TensorBoard keeps float32
-                out.setdefault(where, {})[tag] = list(zip(series["steps"], values, strict=True))
+                out.setdefault(where, {})[tag] = list(zip(series["x"], values, strict=True))
     return out
 
 
