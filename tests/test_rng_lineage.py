@@ -350,7 +350,13 @@ def noisy(n):
 
 with open(f"{os.environ['RAN']}.said.{rank}", "w") as f:
     f.write(repr(noisy(2)))  # a file each: two ranks' lines on one stdout can interleave
+import gc, weakref
+world = weakref.ref(dist.group.WORLD)
 dist.destroy_process_group()
+gc.collect()
+# memostore keeps no destroyed group alive: it would be torn down while the interpreter
+# finalizes, where gloo's threads can abort the process.
+assert world() is None, "the destroyed process group is still referenced"
 """
 
 

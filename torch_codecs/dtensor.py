@@ -36,6 +36,7 @@ collective, so a rank may restore while the others wait elsewhere):
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Hashable
 from typing import Any
 
@@ -56,7 +57,11 @@ DTENSOR_TYPE = "torch.distributed.tensor.DTensor"
 
 # One mesh per process group, device type and dimension names: DTensors restored
 # together share it (and an FSDP module restored with them, see fsdp.py).
-_meshes: dict[tuple[int, str, tuple[str, ...] | None], tuple[Any, Any]] = {}
+# Per default group, weakly: a group the user destroyed is not kept alive here (it
+# would be torn down while the interpreter finalizes, where gloo's threads can abort).
+_meshes: weakref.WeakKeyDictionary[Any, dict[tuple[str, tuple[str, ...] | None], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def encode_placement(p: Any) -> list[Any]:
@@ -119,14 +124,14 @@ def world_mesh(device_type: str, names: list[str] | None) -> Any:
         if not callable(getattr(backend, "is_available", None)) or not backend.is_available():
             raise DecodeError(f"a DTensor stored on {device_type} needs {device_type} here")
     group = dist.group.WORLD
-    key = (id(group), device_type, tuple(names) if names else None)
-    found = _meshes.get(key)
-    if found is None or found[0] is not group:
+    key = (device_type, tuple(names) if names else None)
+    known = _meshes.setdefault(group, {})
+    mesh = known.get(key)
+    if mesh is None:
         from torch.distributed.device_mesh import DeviceMesh
 
-        mesh = DeviceMesh.from_group(group, device_type, mesh_dim_names=key[2])
-        found = _meshes[key] = (group, mesh)
-    return found[1]
+        mesh = known[key] = DeviceMesh.from_group(group, device_type, mesh_dim_names=key[1])
+    return mesh
 
 
 def is_shard(t: Any) -> bool:

@@ -58,7 +58,7 @@ _known: dict[tuple[int, str], Topology] = {}
 
 def key_of(group: Group, store: Store) -> tuple[int, str]:
     where = str(store.root) if store.root is not None else f"memory:{id(store)}"
-    return (id(group.handle), where)
+    return (group.job, where)
 
 
 def known(group: Group, store: Store) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import sys
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +28,11 @@ class Group:
     def __init__(self, torch: Any, dist: Any, handle: Any) -> None:
         self.torch = torch
         self.dist = dist
-        self.handle = handle  # the default group object: identifies this job's group
+        # The default group object, weakly: a strong reference would keep the group
+        # alive after the user's destroy_process_group(), to be torn down while the
+        # interpreter finalizes, where gloo's threads can abort the process.
+        self.handle = weakref.ref(handle)
+        self.job = next(_jobs)  # names this group for caches: ids of dead ones are reused
         self.rank: int = dist.get_rank()
         self.world: int = dist.get_world_size()
         backend = str(dist.get_backend()).lower()
@@ -78,6 +84,7 @@ class Group:
 
 
 _cached: Group | None = None
+_jobs = itertools.count()
 
 
 def _dist() -> Any:
@@ -106,7 +113,7 @@ def current() -> Group | None:
         return None
     try:
         handle = dist.group.WORLD
-        if _cached is not None and _cached.handle is handle:
+        if _cached is not None and _cached.handle() is handle:
             return _cached
         if dist.get_world_size() < 2:
             return None
