@@ -365,7 +365,8 @@ def writers(root: Path, n: int, calls: int, body_s: float, label: str) -> dict:
     passes = json.loads(gc_out.strip().splitlines()[-1])["passes"]
     distinct = sorted({k for keys in keys_of for k in keys})
     check = Round(root, f"{label}-check", count)
-    check.start(store, distinct, mode="check")
+    # With the writers' environment: the body reads it, so it conditions the call.
+    check.start(store, distinct, mode="check", body_s=body_s)
     out, err = check.procs[0].communicate(timeout=TIMEOUT_S)
     if check.procs[0].returncode != 0:
         raise RuntimeError(f"the check failed:\n{err[-3000:]}")
