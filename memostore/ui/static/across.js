@@ -172,13 +172,7 @@ ms.across.draw.images = function (section, tag, runs) {
     }
   });
   section.append(slider.box, grid);
-  const update = (fresh) => {
-    for (const run of fresh) if (cards.has(run.id)) cards.get(run.id).run = run; else add(run);
-    slider.setRuns(fresh);
-    slider.show();
-  };
-  update(runs);
-  return update;
+  return ms.across.follow(cards, add, slider, runs);
 };
 
 // Full size, over the page: small images at the largest whole factor that fits the window.
@@ -341,13 +335,7 @@ ms.across.draw.text = function (section, tag, runs) {
     }
   });
   section.append(slider.box, grid);
-  const update = (fresh) => {
-    for (const run of fresh) if (cards.has(run.id)) cards.get(run.id).run = run; else add(run);
-    slider.setRuns(fresh);
-    slider.show();
-  };
-  update(runs);
-  return update;
+  return ms.across.follow(cards, add, slider, runs);
 };
 
 ms.across.draw.pr = function (section, tag, runs) {
@@ -376,4 +364,16 @@ ms.across.draw.pr = function (section, tag, runs) {
   };
   // Drawn once the card is on the page, so that plotly sizes it.
   return new Promise((resolve) => setTimeout(() => { slider.show(); drawn.then(() => resolve(update)); }, 0));
+};
+
+// Draws *runs* and returns the update of a running run's cards: a run already shown
+// gets its new points in its card, a new one gets a card; the slider takes every step.
+ms.across.follow = function (cards, add, slider, runs) {
+  const update = (fresh) => {
+    for (const run of fresh) if (cards.has(run.id)) cards.get(run.id).run = run; else add(run);
+    slider.setRuns(fresh);
+    slider.show();
+  };
+  update(runs);
+  return update;
 };
