@@ -50,7 +50,7 @@ from typing import Any
 from ..errors import LockTimeout, MemostoreError
 from . import lockfile
 from .inside import make_dirs_beneath
-from .lockfile import LockFile, pid_alive, process_start_time
+from .lockfile import LockFile, create_with_record, pid_alive, process_start_time
 
 LEASES_DIRNAME = "leases"
 # Heartbeat interval and expiry of the leases this process creates (waiters read
@@ -235,64 +235,26 @@ _process: list[Any] = [None, None]
 def try_create(root: str, path: str, function: str, key: str) -> Lease | None:
     """Create the lease at *path*; None when another caller holds it.
 
-    The record is written to a hidden file of this process first, which is then
-    hard-linked to the lease's name (atomic, and refused when the name exists):
-    a lease never exists without its holder's record. A holder killed between
-    creating the file and writing it would otherwise leave a lease that names
-    no process, which waiters can only judge by its age (30 s each). Where hard
-    links are not supported, the lease is created in place.
+    Created with its record already in it (:func:`~.lockfile.create_with_record`):
+    a holder killed between creating the file and writing it would otherwise
+    leave a lease that names no process, which waiters can only judge by its
+    age (30 s each).
 
     Raises:
         OSError: the store refuses the file (read-only, full, ...).
     """
     record = _record(function, key)
-    scratch = _scratch_name(path)
-    try:
-        fd = os.open(scratch, _OPEN_FLAGS, 0o644)
-    except FileNotFoundError:
-        # The function's first lease: its directory, made beneath the store's root,
-        # never through a link planted there.
-        make_dirs_beneath(root, os.path.relpath(os.path.dirname(path), root))
-        fd = os.open(scratch, _OPEN_FLAGS, 0o644)
     try:
         try:
-            os.write(fd, record)
-            os.link(scratch, path, follow_symlinks=False)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(scratch)
+            fd = create_with_record(path, record, _OPEN_FLAGS)
+        except FileNotFoundError:
+            # The function's first lease: its directory, made beneath the store's
+            # root, never through a link planted there.
+            make_dirs_beneath(root, os.path.relpath(os.path.dirname(path), root))
+            fd = create_with_record(path, record, _OPEN_FLAGS)
     except FileExistsError:
-        os.close(fd)
         return None
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in lockfile.NO_HARD_LINKS:
-            return _create_in_place(path, record)
-        raise
-    except BaseException:
-        os.close(fd)
-        raise
     return Lease(path, fd)
-
-
-def _scratch_name(path: str) -> str:
-    """A hidden name beside *path* for a record written before it takes *path*'s name."""
-    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}")
-
-
-def _create_in_place(path: str, record: bytes) -> Lease | None:
-    try:
-        fd = os.open(path, _OPEN_FLAGS, 0o644)
-    except FileExistsError:
-        return None
-    try:
-        os.write(fd, record)
-        return Lease(path, fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
 
 
 def take_over(path: str, judged: LeaseView, function: str, key: str) -> Lease | None:
@@ -310,7 +272,9 @@ def take_over(path: str, judged: LeaseView, function: str, key: str) -> Lease | 
         current = read_lease(path)
         if current is None or current.ident != judged.ident:
             return None
-        scratch = _scratch_name(path)
+        scratch = os.path.join(
+            os.path.dirname(path), f".{os.path.basename(path)}.{uuid.uuid4().hex}"
+        )
         fd = os.open(scratch, _OPEN_FLAGS, 0o644)
         try:
             os.write(fd, _record(function, key))

@@ -48,9 +48,10 @@ from .fsutil import fsync_dir, write_all
 HOST = socket.gethostname()
 # What link() fails with where a file system has no hard links (FAT, some FUSE
 # and SMB mounts).
-NO_HARD_LINKS = frozenset(
+_NO_HARD_LINKS = frozenset(
     {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
 )
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
 
 def pid_alive(pid: int, since: float | None = None) -> bool:
@@ -90,6 +91,54 @@ def process_start_time(pid: int) -> float | None:
         return None
 
 
+def create_with_record(path: str, record: bytes, flags: int = _CREATE_FLAGS) -> int:
+    """Create *path* with *record* already in it; its descriptor, open for writing.
+
+    The record goes into a hidden file of our own, which is then hard-linked to
+    *path*: the link is atomic and refused when the name exists, on local and
+    network file systems alike, so the file never exists without its record (a
+    creator killed in between would leave a lock or lease naming no holder,
+    which others could only judge by its age). Where hard links are not
+    supported, *path* is created in place and the record written right after.
+
+    Raises:
+        FileExistsError: *path* exists.
+        FileNotFoundError: its directory does not.
+    """
+    directory, name = os.path.split(path)
+    scratch = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:12]}")
+    fd = os.open(scratch, flags, 0o644)
+    try:
+        try:
+            os.write(fd, record)
+            os.link(scratch, path, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(scratch)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in _NO_HARD_LINKS:
+            return _create_in_place(path, record, flags)
+        raise
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _create_in_place(path: str, record: bytes, flags: int) -> int:
+    fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, record)
+    except BaseException:
+        # A full disk can refuse even these few bytes: leave no file behind.
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    return fd
+
+
 class LockFile:
     """An exclusive lock on *path*, held as the file ``path.lock``."""
 
@@ -114,7 +163,7 @@ class LockFile:
         while True:
             try:
                 record = json.dumps({"pid": os.getpid(), "host": HOST, "time": time.time()})
-                fd = self._create(record.encode() + b"\n")
+                fd = create_with_record(self.lock_path, record.encode() + b"\n")
             except FileNotFoundError:
                 os.makedirs(os.path.dirname(self.lock_path) or ".", exist_ok=True)
                 continue
@@ -128,48 +177,6 @@ class LockFile:
                 continue
             self._fd = fd
             return
-
-    def _create(self, record: bytes) -> int:
-        """Create the lock file with *record* already in it; FileExistsError if held.
-
-        The record goes into a hidden file of our own, which is then hard-linked
-        to the lock's name: the link is atomic and refused when the name exists,
-        on local and network file systems alike, so the lock never exists without
-        its holder's record (a holder killed in between would leave a lock that
-        waiters could only break by age). Where hard links are not supported,
-        the lock is created in place and the record written right after.
-        """
-        directory, name = os.path.split(self.lock_path)
-        scratch = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:12]}")
-        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            try:
-                os.write(fd, record)
-                os.link(scratch, self.lock_path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(scratch)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in NO_HARD_LINKS:
-                return self._create_in_place(record)
-            raise
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _create_in_place(self, record: bytes) -> int:
-        fd = os.open(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(fd, record)
-        except BaseException:
-            # A full disk can refuse even these few bytes: leave no lock behind.
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.lock_path)
-            raise
-        return fd
 
     def commit(self, data: bytes) -> None:
         """Replace *path* with *data* (written and fsynced first), then release the lock."""
