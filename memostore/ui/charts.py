@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import MemostoreError
-from .downsample import finite_range, json_floats, smooth, window_indices
+from .downsample import finite_range, json_floats, json_values, smooth, window_indices
 from .queries import BadRequest, check_id
 
 if TYPE_CHECKING:
@@ -230,7 +230,9 @@ class Charts:
             ``raw`` the logged values at the same points (only when smoothed),
             ``start`` the wall time of the run's first point and ``rel`` each
             point's wall time less ``start``, in seconds rounded to milliseconds.
-            The points are picked on the logged values (a spike is kept).
+            The points are picked on the logged values (a spike is kept); a NaN
+            or infinity is sent as the string ``"NaN"``, ``"Infinity"`` or
+            ``"-Infinity"`` in ``y`` and ``raw``.
         """
         return json.loads(
             self.chart_json(
@@ -322,7 +324,6 @@ class Charts:
         causal = smoothing in ("none", "ema")
         if held is not None and not downsampled and causal and window is None:
             keep = np.arange(min(held, x.size), x.size, dtype=np.int64)
-            keep = keep[np.isfinite(values[keep])]
             append = True
         shown_steps = steps[keep].tolist()
         finite_walls = walls[np.isfinite(walls)] if walls.size else walls
@@ -333,7 +334,7 @@ class Charts:
             "count": int(x.size),
             # On a step axis x is the steps (sent once, as the integers they are).
             "x": shown_steps if x_mode == "step" else json_floats(x[keep]),
-            "y": json_floats(y[keep]),
+            "y": json_values(y[keep]),
             "start": start,
             "rel": json_floats(rel),
             "range": full,
@@ -343,7 +344,7 @@ class Charts:
         if x_mode != "step":
             body["steps"] = shown_steps
         if y is not values:
-            body["raw"] = json_floats(values[keep])
+            body["raw"] = json_values(values[keep])
         answer = _Answer(body)
         if sealed:
             with self._lock:

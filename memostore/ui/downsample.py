@@ -5,7 +5,9 @@ visible x window into W buckets and keeping, per bucket, the first, the
 lowest, the highest and the last point keeps every spike (a one-point peak is
 its bucket's max) and the shape of the line between buckets, at most 4 W
 points whatever the length of the series. Points are kept as they were
-logged (real steps and values), so hovering shows logged values.
+logged (real steps and values), so hovering shows logged values. A NaN or an
+infinity is kept too (the chart marks it and breaks its line there, as
+TensorBoard does), at most one of each per bucket.
 
 Smoothing runs on the whole series before it is reduced, so a zoomed window
 shows the same smoothed line as the full view.
@@ -26,7 +28,7 @@ def window_indices(x: np.ndarray, y: np.ndarray, x0: float, x1: float, buckets: 
 
     Args:
         x: x coordinates, in logged order (steps or times; need not be sorted).
-        y: values (non-finite ones are never kept: they cannot be drawn).
+        y: values (a non-finite one is kept: the chart marks it).
         x0: left edge of the window (inclusive).
         x1: right edge (inclusive).
         buckets: number of buckets (the chart's width in pixels).
@@ -34,7 +36,9 @@ def window_indices(x: np.ndarray, y: np.ndarray, x0: float, x1: float, buckets: 
     Returns:
         Sorted int64 indices into *x*/*y*: every point in the window when there
         are at most ``4 * buckets``; else first, min, max and last of each bucket,
-        plus the nearest point outside each edge, so the line enters the window.
+        plus the nearest point outside each edge, so the line enters the window,
+        and the NaN and infinities in the window (the first of a kind per bucket
+        when there are more than ``4 * buckets``).
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -45,11 +49,20 @@ def window_indices(x: np.ndarray, y: np.ndarray, x0: float, x1: float, buckets: 
     hi = int(np.searchsorted(xs, x1, side="right"))
     edges = [i for i in (lo - 1, hi) if 0 <= i < xs.size]
     inside = np.arange(lo, hi, dtype=np.int64)
-    inside = inside[np.isfinite(ys[lo:hi])]
-    if inside.size > _WHOLE_FACTOR * max(1, buckets) and x1 > x0:
+    finite = np.isfinite(ys[lo:hi])
+    marks, inside = inside[~finite], inside[finite]
+    many = _WHOLE_FACTOR * max(1, buckets)
+    if inside.size > many and x1 > x0:
         inside = _bucket_extremes(xs[inside], ys[inside], x0, x1, buckets, inside)
-    keep = np.union1d(inside, np.asarray(edges, dtype=np.int64))
-    keep = keep[np.isfinite(ys[keep])] if keep.size else keep
+    if marks.size > many and x1 > x0:
+        # One mark per kind (NaN, +inf, -inf) and bucket: the chart cannot show more.
+        kind = np.where(np.isnan(ys[marks]), 0, np.where(ys[marks] > 0, 1, 2))
+        bucket = np.minimum(
+            ((xs[marks] - x0) * (buckets / (x1 - x0))).astype(np.int64), buckets - 1
+        )
+        _, first = np.unique(bucket * 4 + kind, return_index=True)
+        marks = marks[first]
+    keep = np.union1d(np.union1d(inside, marks), np.asarray(edges, dtype=np.int64))
     return keep if order is None else np.sort(order[keep])
 
 
@@ -57,7 +70,7 @@ def _bucket_extremes(
     xs: np.ndarray, ys: np.ndarray, x0: float, x1: float, buckets: int, where: np.ndarray
 ) -> np.ndarray:
     """First, argmin, argmax and last of each bucket, as indices taken from *where*."""
-    bucket = np.minimum(((xs - x0) * (buckets / (x1 - x0))).astype(np.int64), buckets - 1)
+    bucket = _bucket_of(xs, x0, x1, buckets)
     # xs is sorted, so each bucket is a contiguous run.
     starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
     ends = np.r_[starts[1:], xs.size] - 1
@@ -68,6 +81,11 @@ def _bucket_extremes(
     first_max = _first_from(starts, ys == np.repeat(maxs, counts))
     picked = np.unique(np.concatenate([starts, ends, first_min, first_max]))
     return where[picked]
+
+
+def _bucket_of(xs: np.ndarray, x0: float, x1: float, buckets: int) -> np.ndarray:
+    """The bucket (column) of each x of the window [x0, x1] cut in *buckets*."""
+    return np.minimum(((xs - x0) * (buckets / (x1 - x0))).astype(np.int64), buckets - 1)
 
 
 def _first_from(starts: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -131,6 +149,18 @@ def finite_range(x: np.ndarray) -> tuple[float, float] | None:
     if not ok.size:
         return None
     return float(ok.min()), float(ok.max())
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def json_values(values: np.ndarray) -> list[float | str]:
+    """Logged values for JSON: NaN and infinities as ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` (JSON has no such numbers; JavaScript's ``Number()`` reads
+    these strings back), so a diverging run is shown as one, not as a gap."""
+    if bool(np.isfinite(values).all()):
+        return values.tolist()
+    return [v if math.isfinite(v) else _NON_FINITE[str(v)] for v in values.tolist()]
 
 
 def json_floats(values: np.ndarray) -> list[float | None]:

@@ -276,16 +276,34 @@ ms.across.histogramTraces = function (events, color, mode) {
     const peak = Math.max(...ys, 0) || 1;
     const base = shown.length - 1 - i;
     return { type: "scatter", mode: "lines", x: [xs[0], ...xs, xs[xs.length - 1]], y: [base, base, ...ys.slice(1).map((c) => base + 2.5 * c / peak), base],
-      fill: "toself", fillcolor: ms.across.rgba(color, 0.25 + 0.6 * age), line: { color: "#fff", width: 0.8, shape: "vh" },
+      fill: "toself", fillcolor: ms.across.rgba(color, 0.25 + 0.6 * age), line: { color: ms.theme().paper, width: 0.8, shape: "vh" },
       name: `step ${e.step}`, hovertemplate: `step ${e.step}<br>%{x:.4g}<extra></extra>` };
   });
 };
 
-ms.across.histogramLayout = function (events, mode) {
+// The scale the cards of one tag share, so that runs compare at a glance: the values' range
+// over every run's steps shown, and (overlay) the highest count.
+ms.across.histogramScale = function (runs, mode) {
+  let lo = Infinity, hi = -Infinity, peak = 0;
+  for (const run of runs) {
+    const events = mode === "distribution" ? run.events : run.events.slice(-30);
+    for (const e of events) {
+      lo = Math.min(lo, e.min);
+      hi = Math.max(hi, e.max);
+      if (mode === "overlay") for (const b of ms.across.rebin(e, 40)) peak = Math.max(peak, b[2]);
+    }
+  }
+  if (!(hi >= lo)) return null;
+  const pad = hi > lo ? (hi - lo) * 0.03 : 0.5;
+  return { values: [lo - pad, hi + pad], peak };
+};
+
+ms.across.histogramLayout = function (events, mode, scale) {
+  const values = scale ? { range: scale.values } : {};
   const base = { margin: { l: 48, r: 10, t: 6, b: 34 }, showlegend: false, font: { size: 10 }, hovermode: "closest",
-    xaxis: { zeroline: false, gridcolor: "#eceff1" }, yaxis: { zeroline: false, gridcolor: "#eceff1" } };
-  if (mode === "distribution") return { ...base, xaxis: { ...base.xaxis, title: { text: "step" } } };
-  if (mode === "overlay") return { ...base, yaxis: { ...base.yaxis, title: { text: "count" } } };
+    xaxis: { zeroline: false, ...(mode === "distribution" ? {} : values) }, yaxis: { zeroline: false } };
+  if (mode === "distribution") return { ...base, xaxis: { ...base.xaxis, title: { text: "step" } }, yaxis: { ...base.yaxis, ...values } };
+  if (mode === "overlay") return { ...base, yaxis: { ...base.yaxis, title: { text: "count" }, ...(scale && scale.peak ? { range: [0, scale.peak * 1.05] } : {}) } };
   const shown = events.slice(-30);
   const every = Math.max(1, Math.ceil(shown.length / 8));
   const ticks = shown.map((e, i) => [shown.length - 1 - i, String(e.step)]).filter((_, i) => (shown.length - 1 - i) % every === 0);
@@ -297,6 +315,7 @@ ms.across.draw.histograms = function (section, tag, runs) {
   const grid = ms.el("div", { class: "cards" });
   section.append(grid);
   const cards = new Map();
+  let scale = null;
   const draw = (run) => {
     let c = cards.get(run.id);
     if (!c) {
@@ -306,12 +325,18 @@ ms.across.draw.histograms = function (section, tag, runs) {
       c = { div, caption };
       cards.set(run.id, c);
     }
-    c.caption.textContent = run.count <= 30 || mode === "distribution" ? `${run.count} steps` : `the last 30 of ${run.count} steps`;
-    return ms.plotly().then(() => Plotly.react(c.div, ms.across.histogramTraces(run.events, ms.colorOf(run.id), mode),
-      ms.across.histogramLayout(run.events, mode), { responsive: true, displaylogo: false }))
+    c.caption.textContent = run.count <= 30 || mode === "distribution" ? ms.plural(run.count, "step") : `the last 30 of ${run.count} steps`;
+    return ms.plotly().then(() => ms.react(c.div, ms.across.histogramTraces(run.events, ms.colorOf(run.id), mode),
+      ms.across.histogramLayout(run.events, mode, scale), { responsive: true, displaylogo: false }))
       .then(() => { c.div.dataset.drawn = String(c.div.data.length); c.div.dataset.steps = String(run.count); });
   };
-  const update = (fresh, changed) => Promise.all(fresh.filter((run) => !changed || changed.has(run.id)).map(draw));
+  const update = (fresh, changed) => {
+    // A scale that grew redraws every card, not only the runs that logged more.
+    const before = JSON.stringify(scale);
+    scale = ms.across.histogramScale(fresh, mode);
+    const all = JSON.stringify(scale) !== before;
+    return Promise.all(fresh.filter((run) => all || !changed || changed.has(run.id)).map(draw));
+  };
   return update(runs).then(() => update);
 };
 
@@ -351,8 +376,8 @@ ms.across.draw.pr = function (section, tag, runs) {
         hovertemplate: `${ms.plotText(ms.nameOf(run.id))}<br>step %{customdata}: recall %{x:.3f}, precision %{y:.3f}<extra></extra>` };
     });
     const layout = { margin: { l: 52, r: 12, t: 8, b: 40 }, showlegend: false, font: { size: 11 }, hovermode: "closest",
-      xaxis: { title: { text: "recall" }, range: [0, 1.02], gridcolor: "#eceff1" }, yaxis: { title: { text: "precision" }, range: [0, 1.02], gridcolor: "#eceff1" } };
-    drawn = (drawn || ms.plotly()).then(() => Plotly.react(div, traces, layout, { responsive: true, displaylogo: false }))
+      xaxis: { title: { text: "recall" }, range: [0, 1.02] }, yaxis: { title: { text: "precision" }, range: [0, 1.02] } };
+    drawn = (drawn || ms.plotly()).then(() => ms.react(div, traces, layout, { responsive: true, displaylogo: false }))
       .then(() => { div.dataset.step = String(step); div.dataset.drawn = String(traces.length); });
   });
   section.append(slider.box, card);

@@ -39,12 +39,11 @@ ms.adoptEnded = function (before, selected) {
   }
 };
 
-// Runs listed now that were not before, of the functions shown (the function filter, else
-// those of the selected runs, else any): selected, so they are charted without a click.
-ms.followNew = function (before, selected) {
+// Runs listed now that were not before (of the function filtered on, if any): selected, so
+// they are charted without a click, as TensorBoard charts a new run.
+ms.followNew = function (before) {
   const t = ms.table;
-  const functions = t.filter.fn ? new Set([t.filter.fn])
-    : selected.length ? new Set(selected.map((id) => (before.get(id) || {}).function)) : null;
+  const functions = t.filter.fn ? new Set([t.filter.fn]) : null;
   // The record of a run listed before as running is that run, not a new one: it is
   // selected only if the run was (adoptEnded).
   const ran = [...before.values()].filter((r) => r.status === "running");
@@ -61,9 +60,16 @@ ms.runsView = async function (tab) {
   const view = ms.view();
   const route = ms.routes;
   view.replaceChildren(ms.el("p", {}, "loading…"));
-  // The first page comes from the evaluation index at once; the full listing follows.
-  const first = await ms.get("/api/runs?limit=" + ms.table.pageSize);
+  const wanted = ms.viewOf();
+  ms.restoreView(wanted);
+  ms.wanted = wanted.has("runs") ? wanted.get("runs").split(",").filter(Boolean) : null;
+  if (ms.wanted) ms.table.selected.clear();
+  // The first page comes from the evaluation index at once; the full listing follows. The
+  // listing's version is read first: a run recorded or removed meanwhile is seen (ms.live).
+  const [first, live] = await Promise.all([ms.get("/api/runs?limit=" + ms.table.pageSize), ms.get("/api/live")]);
+  ms.listingVersion = live.version;
   ms.table.load(first);
+  ms.selectWanted();
   const tableBox = ms.el("div", { id: "table" });
   const chartBox = ms.el("div", { id: "charts", class: "scalars" });
   const kindBox = ms.el("div", { id: "kind-panel" });
@@ -81,7 +87,7 @@ ms.runsView = async function (tab) {
     tabBar.replaceChildren(...ms.tabs.map(([name, title]) => {
       const count = ms.tabCount(name, ids);
       return ms.el("button", { class: `tab${name === ms.tab ? " active" : ""}${count === 0 ? " empty" : ""}`, role: "tab", "data-tab": name,
-        onclick: () => { ms.tab = name; history.replaceState(null, "", `#/runs/${name}`); redrawPanel(); } },
+        onclick: () => { ms.tab = name; redrawPanel(); } },
       title, count === null ? null : ms.el("span", { class: "count" }, String(count)));
     }));
   };
@@ -91,6 +97,7 @@ ms.runsView = async function (tab) {
   const redrawPanel = () => {
     // One drawing at a time: a click during a drawing draws again after it.
     drawing = drawing.catch(() => {}).then(async () => {
+      if (ms.routes === route) ms.saveView();
       const ids = [...ms.table.selected];
       drawTabs(ids);
       const scalars = ms.tab === "scalars";
@@ -113,13 +120,13 @@ ms.runsView = async function (tab) {
   });
   ms.table.onSelect = redrawPanel;
   const filters = ms.el("div", { id: "filters" });
-  const refilter = () => { redrawTable(); if (ms.tab === "hparams") redrawPanel(); };
+  const refilter = () => { redrawTable(); ms.saveView(); if (ms.tab === "hparams") redrawPanel(); };
   filters.append(ms.table.filters(refilter));
   view.replaceChildren(filters, tableBox,
     ms.el("div", { class: "panel-bar" }, tabBar, ms.el("span", { class: "panel-tools" }, tagFilter,
       ms.el("label", { title: "select new runs of the functions shown as they start" }, follow, " follow new runs"))),
     scalarControls, chartBox, kindBox);
-  if (!ms.table.selected.size) {
+  if (!ms.table.selected.size && !ms.wanted) {
     // Start with the newest runs that logged something (20, or ?select=N up to the first
     // page's 100), so the charts are not empty.
     for (const row of ms.table.rows.filter((r) => Object.keys(r.metrics).length).slice(0, ms.firstSelection())) ms.table.selected.add(row.id);
@@ -139,23 +146,28 @@ ms.runsView = async function (tab) {
     ms.table.load(all);
     filters.replaceChildren(ms.table.filters(refilter));
     redrawTable();
+    if (ms.selectWanted()) return redrawPanel();  // runs the URL named beyond the first page
   });
   await Promise.all([panel, rest]);
   view.dataset.listing = "complete";
   view.dataset.ready = "runs";
   ms.live = async () => {
-    const running = (await ms.get("/api/live")).rows;
+    const live = await ms.get("/api/live");
+    const running = live.rows;
     const ids = new Set(running.map((r) => r.id));
     const known = new Set(ms.table.rows.filter((r) => r.status === "running").map((r) => r.id));
-    const changed = running.some((r) => !ms.table.byId.has(r.id)) || [...known].some((id) => !ids.has(id));
+    const changed = live.version !== ms.listingVersion || running.some((r) => !ms.table.byId.has(r.id)) ||
+      [...known].some((id) => !ids.has(id));
+    ms.listingVersion = live.version;
     if (changed || ms.awaiting.size) {
-      // A run started or ended: read the listing again. A selected run that ended is
-      // followed by its record; a new run of a function shown is selected (when following).
+      // A run started, ended, was recorded or removed: read the listing again. A selected
+      // run that ended is followed by its record; a new run is selected (when following);
+      // a removed one leaves the table, the selection and the charts.
       const before = new Map(ms.table.byId);
       const selected = [...ms.table.selected];
       ms.table.load(await ms.get("/api/runs"));
       ms.adoptEnded(before, selected);
-      if (ms.follow) ms.followNew(before, selected);
+      if (ms.follow) ms.followNew(before);
       filters.replaceChildren(ms.table.filters(refilter));
       redrawTable();
       await redrawPanel();
@@ -177,6 +189,49 @@ ms.runsView = async function (tab) {
   };
 };
 
+// The view in the URL's hash (#/runs/TAB?runs=...&tags=...), as TensorBoard keeps its
+// view in its URL: reloaded or shared, the page opens as it was left. Only what differs
+// from the defaults is written; the selected runs always are.
+ms.VIEW_DEFAULTS = { ...ms.charts.settings };
+ms.viewOf = function () {
+  const query = location.hash.includes("?") ? location.hash.slice(location.hash.indexOf("?") + 1) : "";
+  return new URLSearchParams(query);
+};
+ms.saveView = function () {
+  const params = new URLSearchParams();
+  params.set("runs", [...ms.table.selected].join(","));
+  if (ms.charts.filter) params.set("tags", ms.charts.filter);
+  for (const [key, name] of [["text", "run"], ["fn", "fn"], ["status", "status"], ["args", "where"]]) {
+    if (ms.table.filter[key]) params.set(name, ms.table.filter[key]);
+  }
+  for (const [key, value] of Object.entries(ms.charts.settings)) {
+    if (value !== ms.VIEW_DEFAULTS[key]) params.set(key, String(value));
+  }
+  history.replaceState(null, "", `#/runs/${ms.tab}?${params.toString().replace(/%2C/g, ",").replace(/%2F/g, "/")}`);
+};
+ms.restoreView = function (params) {
+  if (params.has("tags")) ms.charts.filter = params.get("tags");
+  for (const [key, name] of [["text", "run"], ["fn", "fn"], ["status", "status"], ["args", "where"]]) {
+    if (params.has(name)) ms.table.filter[key] = params.get(name);
+  }
+  const s = ms.charts.settings;
+  for (const [key, fallback] of Object.entries(ms.VIEW_DEFAULTS)) {
+    if (!params.has(key)) continue;
+    const text = params.get(key);
+    if (typeof fallback === "boolean") s[key] = text === "true";
+    else if (typeof fallback === "number") s[key] = Math.min(0.99, Math.max(0, Number(text) || 0));
+    else s[key] = text;
+  }
+};
+// The runs the URL names that the listing holds: selected (the others wait for the full one).
+ms.selectWanted = function () {
+  let added = false;
+  for (const id of ms.wanted || []) {
+    if (ms.table.byId.has(id) && !ms.table.selected.has(id)) { ms.table.selected.add(id); added = true; }
+  }
+  return added;
+};
+
 // How many of the newest runs the page opens with selected: ?select=N, else 20.
 ms.firstSelection = function () {
   const asked = Number(new URLSearchParams(location.search).get("select"));
@@ -187,7 +242,7 @@ ms.routes = 0;
 ms.route = async function () {
   ms.live = null;
   ms.routes += 1;
-  const hash = location.hash.replace(/^#\/?/, "");
+  const hash = location.hash.replace(/^#\/?/, "").replace(/\?.*$/, "");
   const [page, ...rest] = hash.split("/");
   const view = ms.view();
   delete view.dataset.ready;
@@ -216,6 +271,15 @@ ms.loop = function () {
 };
 
 window.addEventListener("hashchange", ms.route);
+// A new theme redraws the page (the charts take its colours).
+document.getElementById("theme").addEventListener("click", () => {
+  ms.themeChoice = ms.THEMES[(ms.THEMES.indexOf(ms.themeChoice) + 1) % ms.THEMES.length];
+  ms.save("theme", ms.themeChoice);
+  ms.applyTheme();
+  ms.route();
+});
+ms.darkQuery.addEventListener("change", () => { if (ms.themeChoice === "auto") { ms.applyTheme(); ms.route(); } });
+ms.applyTheme();
 document.getElementById("refresh").addEventListener("change", ms.loop);
 const initialRefresh = new URLSearchParams(location.search).get("refresh");
 if (initialRefresh !== null) document.getElementById("refresh").value = initialRefresh;

@@ -2,12 +2,15 @@
 // smoothed line over the faded raw one. The server smooths the whole series, then reduces
 // it to the visible window (first, min, max and last per pixel column), again on zoom.
 // Tags are filtered by a regular expression and grouped by prefix (train/, val/); a pinned
-// chart stays at the top. Hovering lists every run at that step (tooltip.js).
+// chart stays at the top. Hovering lists every run at that step (tooltip.js). As in
+// TensorBoard, a NaN is marked with a triangle at its step and the line breaks at an
+// infinity; the y axis leaves outliers out (the 5th to 95th percentile) unless asked not to.
 "use strict";
 
 ms.charts = {
-  // TensorBoard's defaults: its debiased EMA at 0.6, the raw line faded behind.
-  settings: { smooth: "ema", weight: 0.6, x: "step", logy: false, raw: true, sort: "default" },
+  // TensorBoard's defaults: its debiased EMA at 0.6, the raw line faded behind, outliers
+  // left out of the y axis's range.
+  settings: { smooth: "ema", weight: 0.6, x: "step", logy: false, raw: true, outliers: true, sort: "default" },
   charts: new Map(),  // tag -> {tag, card, div, ids, window, counts, series, drawn}
   pinned: new Set(ms.saved("pinned", [])),
   collapsed: new Set(ms.saved("collapsed", [])),
@@ -37,6 +40,7 @@ ms.charts.controls = function (onChange) {
     box("raw", "raw", "raw line"),
     ms.el("label", {}, "x ", choice("xmode", "x", [["step", "step"], ["relative", "relative time"], ["wall", "wall time"]])),
     box("logy", "logy", "log y"),
+    box("outliers", "outliers", "ignore outliers in chart scaling"),
     ms.el("label", {}, "tooltip ", choice("tooltip-sort", "sort", [["default", "in run order"], ["descending", "highest first"],
       ["ascending", "lowest first"], ["nearest", "nearest the cursor"], ["name", "by name"]])));
 };
@@ -53,6 +57,15 @@ ms.charts.query = function (tag, ids, window, width, after) {
   if (window) { params.set("from", String(window[0])); params.set("to", String(window[1])); }
   if (after) params.set("after", after);
   return "/api/chart?" + params.toString();
+};
+
+// Values as sent: NaN and infinities come as strings (JSON has no such numbers).
+ms.charts.numbers = function (series) {
+  for (const field of ["y", "raw"]) {
+    const values = series[field];
+    if (values && values.some((v) => typeof v === "string")) series[field] = values.map((v) => (typeof v === "string" ? Number(v) : v));
+  }
+  return series;
 };
 
 // x as plotly wants it: seconds become dates on a wall-time axis.
@@ -79,23 +92,81 @@ ms.charts.traces = function (chart) {
     }
     lines.push({ type: "scatter", mode: few ? "lines+markers" : "lines", uid: "line_" + series.id, name, x, y: series.y,
       line: { color, width: 1.7 }, marker: { size }, hoverinfo: "none" });
+    const nan = ms.charts.nanMarks(series, x);
+    if (nan.x.length) {
+      lines.push({ type: "scatter", mode: "markers", uid: "nan_" + series.id, name, x: nan.x, y: nan.y, hoverinfo: "none",
+        marker: { symbol: "triangle-up", size: 10, color, line: { width: 1, color: ms.theme().paper } } });
+    }
   }
   return raws.concat(lines);
+};
+
+// Where a series logged NaN: at the last value drawn before it (the first after, if none),
+// as TensorBoard draws its triangles. Infinities break the line (plotly draws no point).
+ms.charts.nanMarks = function (series, x) {
+  const logged = series.raw || series.y;
+  const out = { x: [], y: [] };
+  let last = null;
+  logged.forEach((v, i) => {
+    const drawn = series.y[i];
+    if (Number.isFinite(drawn)) last = drawn;
+    if (!Number.isNaN(v)) return;
+    out.x.push(x[i]);
+    out.y.push(last);
+  });
+  const first = series.y.find((v) => Number.isFinite(v));
+  out.y = out.y.map((v) => (v === null ? (first === undefined ? 0 : first) : v));
+  return out;
+};
+
+// The y axis's range, as TensorBoard computes it over the values the lines draw: from the
+// 5th to the 95th percentile when outliers are ignored (else from min to max), padded by a
+// fifth of the span, down to just below zero when that less than doubles the span. One
+// value gets a range around it that holds zero ([0, 2v]).
+ms.charts.yRange = function (chart) {
+  const s = ms.charts.settings;
+  const values = [];
+  for (const series of chart.series) {
+    for (const v of series.y) if (Number.isFinite(v) && (!s.logy || v > 0)) values.push(s.logy ? Math.log10(v) : v);
+  }
+  if (!values.length) return null;
+  values.sort((a, b) => a - b);
+  const at = (p) => {  // linear between ranks, as d3.quantile
+    const i = (values.length - 1) * p, lo = Math.floor(i), hi = Math.min(lo + 1, values.length - 1);
+    return values[lo] + (values[hi] - values[lo]) * (i - lo);
+  };
+  const [a, b] = s.outliers ? [at(0.05), at(0.95)] : [values[0], values[values.length - 1]];
+  const span = b - a;
+  if (s.logy) return span > 0 ? [a - span * 0.05, b + span * 0.05] : [a - 0.5, b + 0.5];
+  if (span === 0) return a === 0 ? [-1, 1] : a > 0 ? [0, 2 * a] : [2 * a, 0];
+  return [a >= 0 && a < span ? -0.1 * b : a - span * 0.2, b + span * 0.2];
 };
 
 ms.charts.layout = function (chart) {
   const s = ms.charts.settings;
   const axisTitle = { step: "step", relative: "seconds since the run's first point", wall: "" }[s.x];
-  return {
-    margin: { l: 52, r: 12, t: 8, b: 38 }, showlegend: false, uirevision: chart.tag + s.x + s.logy,
-    hovermode: "x", font: { size: 11 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
-    xaxis: { type: s.x === "wall" ? "date" : "linear", title: { text: axisTitle, font: { size: 11 } }, gridcolor: "#eceff1",
+  const range = ms.charts.yRange(chart);
+  return ms.themed({
+    margin: { l: 52, r: 12, t: 8, b: 38 }, showlegend: false, uirevision: chart.tag + s.x + s.logy + s.outliers,
+    hovermode: "x", font: { size: 11 },
+    xaxis: { type: s.x === "wall" ? "date" : "linear", title: { text: axisTitle, font: { size: 11 } },
       showspikes: true, spikemode: "across", spikethickness: 1, spikecolor: "#90a4ae", spikedash: "dot", zeroline: false },
-    yaxis: { type: s.logy ? "log" : "linear", gridcolor: "#eceff1", zeroline: false, exponentformat: "e" },
-  };
+    yaxis: { type: s.logy ? "log" : "linear", zeroline: false, exponentformat: "e", ...(range ? { range, autorange: false } : {}) },
+  });
 };
 
 ms.charts.config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d", "toImage"] };
+
+// The chart as an image file (the card's PNG and SVG buttons), in the page's colours.
+ms.charts.image = async function (chart, format) {
+  await ms.plotly();
+  const { width, height } = chart.div.getBoundingClientRect();
+  const url = await Plotly.toImage(chart.div, { format, width: Math.round(width) || 600, height: Math.round(height) || 300, scale: format === "png" ? 2 : 1 });
+  const link = ms.el("a", { href: url, download: ms.fileName(chart.tag, format) });
+  document.body.append(link);
+  link.click();
+  link.remove();
+};
 
 ms.charts.draw = async function (chart) {
   await ms.charts.fetch(chart);
@@ -107,7 +178,7 @@ ms.charts.draw = async function (chart) {
 ms.charts.fetch = async function (chart) {
   const width = chart.div.clientWidth || 600;
   const data = await ms.get(ms.charts.query(chart.tag, chart.ids, chart.window, width));
-  chart.series = data.series;
+  chart.series = data.series.map(ms.charts.numbers);
   chart.counts = new Map(data.series.map((s) => [s.id, s.count]));
   if (!window.Plotly) {
     const lines = ms.sketch.draw(chart.div, ms.charts.traces(chart), ms.charts.layout(chart));
@@ -122,6 +193,8 @@ ms.charts.plot = async function (chart) {
   if (sketch) sketch.remove();
   await Plotly.react(chart.div, ms.charts.traces(chart), ms.charts.layout(chart), ms.charts.config);
   ms.charts.watch(chart);
+  chart.div.dataset.yrange = JSON.stringify(chart.div.layout.yaxis.range);
+  chart.div.dataset.nan = String(chart.div.data.filter((t) => t.uid.startsWith("nan_")).reduce((n, t) => n + t.x.length, 0));
   chart.div.dataset.series = String(chart.series.length);
   chart.div.dataset.lines = String(chart.series.filter((s) => s.x.length).length);
   chart.div.dataset.points = chart.series.map((s) => s.x.length).join(",");
@@ -154,7 +227,9 @@ ms.charts.card = function (tag) {
     ms.el("div", { class: "card-head" }, ms.el("span", { class: "card-title", title: tag }, tag),
       ms.el("span", { class: "card-tools" }, pin,
         ms.el("button", { class: "csv", title: "the points drawn, as CSV", onclick: () => ms.charts.save(chart, "csv") }, "CSV"),
-        ms.el("button", { class: "json", title: "the points drawn, as JSON", onclick: () => ms.charts.save(chart, "json") }, "JSON"))),
+        ms.el("button", { class: "json", title: "the points drawn, as JSON", onclick: () => ms.charts.save(chart, "json") }, "JSON"),
+        ms.el("button", { class: "png", title: "the chart as a PNG image", onclick: () => ms.charts.image(chart, "png") }, "PNG"),
+        ms.el("button", { class: "svg", title: "the chart as an SVG image", onclick: () => ms.charts.image(chart, "svg") }, "SVG"))),
     div);
   chart = { tag, card, div, pin, ids: [], window: null, counts: new Map(), series: [], drawn: null };
   pin.addEventListener("click", () => ms.charts.togglePin(tag));
@@ -210,7 +285,10 @@ ms.charts.render = async function (container, ids, options) {
     if (!groups.has(group)) groups.set(group, []);
     groups.get(group).push(tag);
   }
-  const names = [...groups.keys()].sort((a, b) => (a === "") - (b === "") || a.localeCompare(b));
+  // Prefix groups by name, then the tags without one, then hparam/ (add_hparams's metrics,
+  // one point each) last, as TensorBoard lists them.
+  const rank = (name) => (name === "hparam" ? 2 : name === "" ? 1 : 0);
+  const names = [...groups.keys()].sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
   const again = () => ms.charts.render(container, ids, options);
   const parts = [];
   if (ms.charts.options.legend && ids.length) parts.push(ms.charts.legend(ids));
@@ -299,13 +377,14 @@ ms.charts.tick = async function (runningIds) {
     const width = chart.div.clientWidth || 600;
     const data = await ms.get(ms.charts.query(chart.tag, live, chart.window, width, after));
     let replaced = false;
-    for (const fresh of data.series) {
+    for (const fresh of data.series.map(ms.charts.numbers)) {
       const held = chart.series.find((s) => s.id === fresh.id);
       if (!held) continue;
       const before = chart.counts.get(fresh.id) || 0;
       chart.counts.set(fresh.id, fresh.count);
       if (!fresh.append) { Object.assign(held, fresh); replaced = true; continue; }
       if (fresh.count <= before || !fresh.x.length) continue;
+      if ((fresh.raw || fresh.y).some(Number.isNaN)) replaced = true;  // a new NaN gets its mark
       for (const field of ["x", "y", "raw", "steps", "rel"]) if (held[field] && fresh[field]) held[field] = held[field].concat(fresh[field]);
       held.count = fresh.count;
       const index = (uid) => chart.div.data.findIndex((t) => t.uid === uid);
@@ -315,6 +394,10 @@ ms.charts.tick = async function (runningIds) {
       if (raw >= 0 && fresh.raw) Plotly.extendTraces(chart.div, { x: [x], y: [fresh.raw] }, [raw]);
     }
     if (replaced) await Plotly.react(chart.div, ms.charts.traces(chart), ms.charts.layout(chart), ms.charts.config);
+    else {
+      const range = ms.charts.yRange(chart);  // new points may move the y axis's range
+      if (range && JSON.stringify(range) !== JSON.stringify(chart.div.layout.yaxis.range)) await Plotly.relayout(chart.div, { "yaxis.range": range });
+    }
     chart.div.dataset.points = chart.series.map((s) => s.x.length).join(",");
   }
 };

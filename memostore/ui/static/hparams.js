@@ -86,10 +86,10 @@ ms.hparams.render = async function (container, rows) {
   const note = rows.length > shown.length ? `, the first ${shown.length} of the ${rows.length} the table shows` : "";
   container.replaceChildren(
     ms.el("div", { class: "controls" }, ms.el("label", {}, "metric ", pick),
-      ms.el("span", { class: "same" }, `${kept.length} runs${note}; drag along an axis to keep a range`)),
+      ms.el("span", { class: "same" }, `${ms.plural(kept.length, "run")}${note}; drag along an axis to keep a range`)),
     ms.el("div", { class: "card wide" }, parallel), ms.el("h3", {}, `${metric} against each hyper-parameter`), scatters);
   await ms.plotly();
-  const plots = [Plotly.newPlot(parallel, [{
+  const plots = [ms.react(parallel, [{
     type: "parcoords", dimensions,
     line: { color: colors, colorscale: "Viridis", showscale: true, colorbar: { title: { text: ms.plotText(metric), side: "right" }, thickness: 12 } },
     labelfont: { size: 11 }, tickfont: { size: 10 }, rangefont: { size: 9 },
@@ -99,14 +99,14 @@ ms.hparams.render = async function (container, rows) {
     scatters.append(ms.el("div", { class: "card" }, ms.el("div", { class: "card-head" }, ms.el("span", { class: "card-title" }, name)), div));
     const values = kept.map((r) => r.hparams[name]);
     const numeric = values.every((v) => typeof v === "number");
-    plots.push(Plotly.newPlot(div, [{
+    plots.push(ms.react(div, [{
       type: "scatter", mode: "markers", x: values.map((v) => (numeric ? v : v === undefined ? "(none)" : ms.plotText(String(v)))),
       y: kept.map((r) => r.metrics[metric]), text: kept.map((r) => ms.plotText(ms.nameOf(r.id))),
       marker: { size: 9, color: kept.map((r) => ms.colorOf(r.id)), line: { color: "#fff", width: 1 } },
       hovertemplate: "%{text}<br>%{x}: %{y:.4g}<extra></extra>",
     }], { margin: { l: 52, r: 10, t: 6, b: 40 }, showlegend: false, font: { size: 10 }, hovermode: "closest",
-      xaxis: { title: { text: ms.plotText(name) }, type: numeric ? "linear" : "category", gridcolor: "#eceff1", zeroline: false },
-      yaxis: { title: { text: ms.plotText(metric) }, gridcolor: "#eceff1", zeroline: false } },
+      xaxis: { title: { text: ms.plotText(name) }, type: numeric ? "linear" : "category", zeroline: false },
+      yaxis: { title: { text: ms.plotText(metric) }, zeroline: false } },
     { responsive: true, displaylogo: false }));
   }
   await Promise.all(plots);

@@ -8,7 +8,7 @@ ms.kinds = {};
 ms.kinds.view = async function (id, tag) {
   const data = await ms.get(`/api/events?id=${id}&tag=${encodeURIComponent(tag)}`);
   const box = ms.el("div", { class: "tag-view", "data-kind": data.kind, "data-tag": tag },
-    ms.el("h2", {}, `${tag} (${data.kind}, ${data.count} points)`));
+    ms.el("h2", {}, `${tag} (${data.kind}, ${ms.plural(data.count, "point")})`));
   const draw = ms.kinds.draw[data.kind] || ms.kinds.draw.fields;
   await draw(box, data, { id, tag });
   return box;
@@ -22,7 +22,7 @@ ms.kinds.mediaUrl = function (where, e) {
 ms.kinds.plot = function (box, traces, layout, cls) {
   const div = ms.el("div", { class: cls || "chart" });
   box.append(div);
-  setTimeout(() => ms.plotly().then(() => Plotly.newPlot(div, traces,
+  setTimeout(() => ms.plotly().then(() => ms.react(div, traces,
     { margin: { l: 50, r: 10, t: 30, b: 40 }, showlegend: false, ...layout },
     { responsive: true, displaylogo: false }).then(() => { div.dataset.drawn = String(traces.length); })), 0);
   return div;
@@ -90,7 +90,7 @@ ms.kinds.draw.pr_curve = function (box, data, where) {
     const p = points[Number(slider.value)];
     label.textContent = `step ${p.step}`;
     div.dataset.step = String(p.step);
-    ms.plotly().then(() => Plotly.react(div, [trace(p)], { margin: { l: 50, r: 10, t: 30, b: 40 }, showlegend: false, ...layout(p) }));
+    ms.plotly().then(() => ms.react(div, [trace(p)], { margin: { l: 50, r: 10, t: 30, b: 40 }, showlegend: false, ...layout(p) }));
   });
 };
 
@@ -112,7 +112,7 @@ ms.kinds.draw.embedding = async function (box, data, where) {
     marker: { size: 6, color: ms.palette[i % ms.palette.length] }, hovertemplate: "%{text}<extra></extra>",
   }));
   const share = (v) => `${(100 * v).toFixed(1)} %`;
-  box.append(ms.el("p", {}, `step ${p.step}: ${p.shape[0]} points of ${p.shape[1]} dimensions` +
+  box.append(ms.el("p", {}, `step ${p.step}: ${ms.plural(p.shape[0], "point")} of ${p.shape[1]} dimensions` +
     (p.x.length < p.shape[0] ? `, ${p.x.length} drawn` : "") + "; principal components of the stored matrix"));
   const div = ms.kinds.plot(box, traces, {
     title: { text: ms.plotText(`${where.tag}: PCA`), font: { size: 13 } }, showlegend: groups.size > 1 && groups.size <= 30,

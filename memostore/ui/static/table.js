@@ -87,7 +87,8 @@ ms.table.columns = function () {
   return cols;
 };
 
-// "lr>0.01, epochs=3, model~res": comparisons on argument columns.
+// "lr>0.01, epochs=3, model~res, hparam/acc>0.55": comparisons on argument columns, or on
+// a metric's last value (two terms on one metric keep a range, as TensorBoard's min and max).
 ms.table.parseArgFilter = function (text) {
   const terms = [];
   for (const part of text.split(",")) {
@@ -98,7 +99,8 @@ ms.table.parseArgFilter = function (text) {
 };
 
 ms.table.matchTerm = function (row, term) {
-  const value = row.args[term.name];
+  const metric = row.metrics && row.metrics[term.name];
+  const value = term.name in row.args ? row.args[term.name] : metric ? metric.last : undefined;
   if (value === undefined) return false;
   const a = Number(value), b = Number(term.value);
   const numeric = typeof value === "number" && !Number.isNaN(b) && term.value !== "";
@@ -117,12 +119,16 @@ ms.table.matchTerm = function (row, term) {
 ms.table.visible = function () {
   const t = ms.table, f = t.filter;
   const terms = t.parseArgFilter(f.args);
-  const text = f.text.toLowerCase();
+  // The run filter is a regular expression (case-insensitive), as TensorBoard's, matched
+  // against the id, name, function, status and arguments; one that does not parse filters
+  // nothing (the input says so).
+  const re = ms.regex(f.text);
+  const fields = (r) => [r.id, ms.nameOf(r.id), r.function, r.status, JSON.stringify(r.args)];
   let rows = t.rows.filter((r) =>
     (!f.fn || r.function === f.fn) &&
     (!f.status || r.status === f.status) &&
     terms.every((term) => t.matchTerm(r, term)) &&
-    (!text || (r.id + " " + ms.nameOf(r.id) + " " + r.function + " " + r.status + " " + JSON.stringify(r.args)).toLowerCase().includes(text)));
+    (!f.text || re instanceof Error || fields(r).some((field) => re.test(field))));
   const col = t.columns().find((c) => c.key === t.sort.key);
   if (col && col.get) {
     const sign = t.sort.desc ? -1 : 1;
@@ -152,11 +158,20 @@ ms.table.filters = function (onChange) {
     id, type: "text", placeholder, value: t.filter[key],
     oninput: (e) => { t.filter[key] = e.target.value; t.page = 0; onChange(); },
   });
+  const runs = input("filter-text", "text", "runs (regular expression)");
+  const problem = ms.el("span", { class: "filter-error", id: "filter-text-error" });
+  const check = () => {
+    const re = ms.regex(t.filter.text);
+    runs.classList.toggle("invalid", re instanceof Error);
+    problem.textContent = re instanceof Error ? `not a regular expression (${re.message.replace(/^.*: /, "")}): no run filtered` : "";
+  };
+  runs.addEventListener("input", check);
+  check();
   return ms.el("div", { class: "filters" },
     select("filter-function", functions, "fn", "all functions"),
     select("filter-status", statuses, "status", "all statuses"),
-    input("filter-args", "args", "arguments: lr>0.01, epochs=3"),
-    input("filter-text", "text", "text"),
+    input("filter-args", "args", "arguments, metrics: lr>0.01, hparam/acc>0.55"),
+    runs, problem,
     ms.el("button", { id: "compare", onclick: () => {
       const ids = [...t.selected];
       if (ids.length === 2) location.hash = `#/diff/${ids[0]}/${ids[1]}`;

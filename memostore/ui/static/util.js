@@ -48,10 +48,14 @@ ms.el = function (tag, attrs, ...children) {
 ms.num = function (value) {
   if (value === null || value === undefined || value === "") return "";
   if (typeof value !== "number") return String(value);
+  if (!Number.isFinite(value)) return Number.isNaN(value) ? "NaN" : value > 0 ? "+inf" : "-inf";
   if (Number.isInteger(value)) return String(value);
   const abs = Math.abs(value);
   return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3) : value.toPrecision(5).replace(/\.?0+$/, "");
 };
+
+// "1 point", "3 points".
+ms.plural = function (n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; };
 
 ms.duration = function (seconds) {
   if (typeof seconds !== "number") return "";
@@ -181,3 +185,29 @@ ms.runLabel = function (id) {
 };
 
 ms.refreshMs = function () { return Number(document.getElementById("refresh").value); };
+
+// Light or dark: the reader's choice (the header's button: auto, light, dark), where auto
+// follows the system's (prefers-color-scheme). Charts take their colours from ms.theme().
+ms.THEMES = ["auto", "light", "dark"];
+ms.themeChoice = ms.saved("theme", "auto");
+ms.darkQuery = window.matchMedia("(prefers-color-scheme: dark)");
+ms.applyTheme = function () {
+  const dark = ms.themeChoice === "dark" || (ms.themeChoice === "auto" && ms.darkQuery.matches);
+  document.documentElement.dataset.theme = dark ? "dark" : "light";
+  const button = document.getElementById("theme");
+  if (button) button.textContent = `theme: ${ms.themeChoice}`;
+};
+ms.theme = function () {
+  return document.documentElement.dataset.theme === "dark"
+    ? { paper: "#1e2326", font: "#d5dde1", grid: "#37424a" }
+    : { paper: "#ffffff", font: "#263238", grid: "#eceff1" };
+};
+// *layout* in the page's colours (every plotly chart's layout goes through here).
+ms.themed = function (layout) {
+  const t = ms.theme();
+  const axis = (a) => ({ gridcolor: t.grid, linecolor: t.grid, zerolinecolor: t.grid, ...(a || {}) });
+  return { ...layout, paper_bgcolor: t.paper, plot_bgcolor: t.paper, font: { ...(layout.font || {}), color: t.font },
+    xaxis: axis(layout.xaxis), yaxis: axis(layout.yaxis) };
+};
+ms.react = function (div, traces, layout, config) { return Plotly.react(div, traces, ms.themed(layout), config); };
+ms.applyTheme();
