@@ -94,7 +94,7 @@ ms.charts.traces = function (chart) {
       line: { color, width: 1.7 }, marker: { size }, hoverinfo: "none" });
     const nan = ms.charts.nanMarks(series, x);
     if (nan.x.length) {
-      lines.push({ type: "scatter", mode: "markers", uid: "nan_" + series.id, name, x: nan.x, y: nan.y, hoverinfo: "none",
+      lines.push({ type: "scatter", mode: "markers", uid: "nan_" + series.id, name, x: nan.x, y: nan.y, hoverinfo: "none", line: { color, width: 0 },
         marker: { symbol: "triangle-up", size: 10, color, line: { width: 1, color: ms.theme().paper } } });
     }
   }
@@ -146,11 +146,16 @@ ms.charts.layout = function (chart) {
   const s = ms.charts.settings;
   const axisTitle = { step: "step", relative: "seconds since the run's first point", wall: "" }[s.x];
   const range = ms.charts.yRange(chart);
+  // Points at one step only (add_hparams's metrics): the step between its neighbours, in
+  // whole steps, not a -1..1 axis in halves.
+  const steps = new Set(chart.series.flatMap((series) => series.x));
+  const lone = s.x === "step" && steps.size === 1 ? [...steps][0] : null;
   return ms.themed({
     margin: { l: 52, r: 12, t: 8, b: 38 }, showlegend: false, uirevision: chart.tag + s.x + s.logy + s.outliers,
     hovermode: "x", font: { size: 11 },
     xaxis: { type: s.x === "wall" ? "date" : "linear", title: { text: axisTitle, font: { size: 11 } },
-      showspikes: true, spikemode: "across", spikethickness: 1, spikecolor: "#90a4ae", spikedash: "dot", zeroline: false },
+      showspikes: true, spikemode: "across", spikethickness: 1, spikecolor: "#90a4ae", spikedash: "dot", zeroline: false,
+      ...(lone === null ? {} : { range: [lone - 1, lone + 1], dtick: 1 }) },
     yaxis: { type: s.logy ? "log" : "linear", zeroline: false, exponentformat: "e", ...(range ? { range, autorange: false } : {}) },
   });
 };
@@ -203,7 +208,7 @@ ms.charts.plot = async function (chart) {
 // What a chart is drawn from: when it changes, the chart is fetched again.
 ms.charts.key = function (chart) {
   const { sort, ...drawn } = ms.charts.settings;  // the tooltip's order draws nothing
-  return JSON.stringify([chart.ids, chart.window, drawn]);
+  return JSON.stringify([chart.ids, chart.window, drawn, ms.theme().paper]);
 };
 
 ms.charts.tagsOf = function (ids) {
