@@ -1,6 +1,7 @@
 """Metric logging: speed against TensorBoard's writer, size in the store, plot time.
 
-Run: ``python benchmarks/bench_logging.py [--points 100000] [--repeat 5]``.
+Run: ``python benchmarks/bench_logging.py [--points 100000] [--repeat 5]``;
+``--open-close 1000`` times only 1,000 short runs, a writer opened and closed per run.
 Prints medians over the repeats and the ratios the project holds itself to:
 
 * ``add_scalar`` x N inside a memoised call, sealing included, at most 0.1x the
@@ -317,6 +318,29 @@ def bench_poll(points: int, new: int, repeat: int) -> tuple[float, float, float]
     return on_short, on_long, reread
 
 
+def bench_open_close(runs: int, points: int, workdir: Path) -> tuple[float, float]:
+    """Seconds to write *runs* short runs of *points* scalars, opening and closing a
+    writer for each (memostore's outside a memoised call, each a run of the script;
+    torch's, each an event file): (memostore, torch)."""
+    from torch.utils.tensorboard import SummaryWriter as TorchWriter
+
+    from memostore import SummaryWriter
+
+    def write(make) -> float:
+        t0 = time.perf_counter()
+        for r in range(runs):
+            writer = make(r)
+            for i in range(points):
+                writer.add_scalar("loss", 1.0 / (i + 1), i)
+            writer.close()
+        return time.perf_counter() - t0
+
+    write(lambda r: SummaryWriter(str(workdir / f"warm{r}")))  # imports and first-use costs
+    ours = write(lambda r: SummaryWriter(str(workdir / f"ms{r}")))
+    torch = write(lambda r: TorchWriter(str(workdir / f"tb{r}")))
+    return ours, torch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=100_000)
@@ -327,7 +351,23 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.4, help="live: busy seconds between")
     parser.add_argument("--latency-points", type=int, default=20)
     parser.add_argument("--latency-every", type=float, default=0.3)
+    parser.add_argument(
+        "--open-close",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="only time RUNS short runs of 10 scalars, a writer opened and closed per run",
+    )
     args = parser.parse_args()
+    if args.open_close:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["MEMOSTORE_DIR"] = str(Path(tmp) / "store")
+            ours, torch = bench_open_close(args.open_close, 10, Path(tmp))
+        print(
+            f"{args.open_close} runs of 10 scalars, a writer opened and closed per run: "
+            f"memostore {ours:.2f} s, torch {torch:.2f} s, ratio {ours / torch:.2f} (limit 1)"
+        )
+        return
 
     rng = np.random.default_rng(0)
     values = rng.random(args.points).tolist()

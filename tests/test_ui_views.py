@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,14 @@ RUNS = """
             writer.add_scalar("loss", loss, step)
             # One spike of 1000 at step 10: without outlier scaling the curves are flat.
             writer.add_scalar("acc", 1000.0 if step == 10 else 0.5 + step / 400 + seed / 100, step)
+            writer.add_scalar("val/loss", math.exp(-step / 40) + 0.1, step)
+            writer.add_scalar("bounds/lo", loss - 0.1, step)
+            writer.add_scalar("bounds/hi", loss + 0.1, step)
+        writer.add_custom_scalars({
+            "losses": {"train vs val": ["Multiline", ["^loss$", "^val/loss$"]]},
+            "spread": {"loss within bounds": ["Margin", ["loss", "bounds/lo", "bounds/hi"]]},
+        })
+        writer.add_audio("tone", np.sin(np.arange(4000) * (0.05 + seed / 100)), 0, sample_rate=8000)
         writer.add_histogram("weights", np.linspace(-1 - seed, 1 + seed, 200), 0)
         writer.add_hparams({"seed": seed}, {"hparam/acc": 0.5 + seed / 20})
         writer.close()
@@ -197,6 +206,46 @@ def test_runs_page_views_as_tensorboard_users_expect(tmp_path: Path) -> None:
             ".map(c => JSON.stringify(c.layout.xaxis.range))",
         )
         assert len(ranges) == 3 and len(set(ranges)) == 1
+        driver.find_element(By.CSS_SELECTOR, ".tab[data-tab='scalars']").click()
+
+        # Custom scalars layouts are drawn: train vs val loss on one chart, a margin chart.
+        driver.find_element(By.CSS_SELECTOR, ".tab[data-tab='custom']").click()
+        wait_for(
+            lambda: (
+                _js(driver, "return document.getElementById('kind-panel').dataset.ready")
+                == "custom"
+            )
+        )
+        multi = driver.find_element(
+            By.CSS_SELECTOR, "#kind-panel .chart[data-title='train vs val']"
+        )
+        assert multi.get_attribute("data-tags") == "loss\nval/loss"
+        assert multi.get_attribute("data-lines") == "6"  # 2 tags x the 3 runs selected
+        margin = driver.find_element(
+            By.CSS_SELECTOR, "#kind-panel .chart[data-title='loss within bounds']"
+        )
+        assert margin.get_attribute("data-lines") == "3"
+        assert (
+            _js(driver, "return arguments[0].data.filter(t => t.fill === 'tonexty').length", margin)
+            == 3
+        )
+        screenshot(
+            driver, tmp_path, "ui-custom-scalars.png", driver.find_element(By.ID, "kind-panel")
+        )
+
+        # Audio across runs: a player per run at the slider's step.
+        driver.find_element(By.CSS_SELECTOR, ".tab[data-tab='audio']").click()
+        wait_for(
+            lambda: (
+                _js(driver, "return document.getElementById('kind-panel').dataset.ready") == "audio"
+            )
+        )
+        sources = _js(
+            driver, "return [...document.querySelectorAll('#kind-panel audio')].map(a => a.src)"
+        )
+        assert len(sources) == 3 and all("/api/media?" in src for src in sources)
+        with urllib.request.urlopen(sources[0], timeout=30) as response:
+            assert response.read(4) == b"RIFF"
         driver.find_element(By.CSS_SELECTOR, ".tab[data-tab='scalars']").click()
 
         # Dark: the system's preference, on auto; the button's choice over it.

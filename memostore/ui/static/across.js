@@ -8,6 +8,7 @@ ms.across = {
   steps: new Map(),  // tag -> the step the reader picked (absent: the last)
   tabs: {
     images: { kinds: ["image", "video"], title: "images" },
+    audio: { kinds: ["audio"], title: "audio" },
     histograms: { kinds: ["histogram"], title: "histograms" },
     text: { kinds: ["text"], title: "text" },
     pr: { kinds: ["pr_curve"], title: "PR curves" },
@@ -175,6 +176,32 @@ ms.across.draw.images = function (section, tag, runs) {
   return ms.across.follow(cards, add, slider, runs);
 };
 
+// Audio as TensorBoard's Audio dashboard: per tag, a player per run at the slider's step.
+ms.across.draw.audio = function (section, tag, runs) {
+  const grid = ms.el("div", { class: "cards media-cards" });
+  const cards = new Map();
+  const add = (run) => {
+    const player = ms.el("audio", { controls: "", preload: "metadata" });
+    const caption = ms.el("span", { class: "step-of" });
+    const card = ms.el("div", { class: "card media-card", "data-id": run.id }, ms.across.head(run.id, caption), player);
+    grid.append(card);
+    cards.set(run.id, { run, player, caption, card });
+  };
+  const slider = ms.across.slider(tag, runs, (step) => {
+    for (const c of cards.values()) {
+      const e = ms.across.at(c.run.events, step);
+      if (e.media === undefined) continue;
+      const src = ms.across.mediaUrl(c.run.id, tag, e);
+      if (c.player.getAttribute("src") !== src) c.player.src = src;
+      const seconds = e.sample_rate ? ` · ${(e.frames / e.sample_rate).toFixed(2)} s, ${e.sample_rate} Hz` : "";
+      c.caption.textContent = `step ${e.step}${seconds}`;
+      c.card.dataset.step = String(e.step);
+    }
+  });
+  section.append(slider.box, grid);
+  return ms.across.follow(cards, add, slider, runs);
+};
+
 // Full size, over the page: small images at the largest whole factor that fits the window.
 ms.across.lightbox = function (src, caption) {
   const img = ms.el("img", { src, alt: caption });
@@ -331,11 +358,17 @@ ms.across.draw.histograms = function (section, tag, runs) {
       .then(() => { c.div.dataset.drawn = String(c.div.data.length); c.div.dataset.steps = String(run.count); });
   };
   const update = (fresh, changed) => {
-    // A scale that grew redraws every card, not only the runs that logged more.
+    // The runs that logged more are drawn again; the others take a scale that grew.
     const before = JSON.stringify(scale);
     scale = ms.across.histogramScale(fresh, mode);
-    const all = JSON.stringify(scale) !== before;
-    return Promise.all(fresh.filter((run) => all || !changed || changed.has(run.id)).map(draw));
+    const rescaled = JSON.stringify(scale) !== before;
+    return Promise.all(fresh.map((run) => {
+      if (!changed || changed.has(run.id)) return draw(run);
+      const c = cards.get(run.id);
+      if (!rescaled || !c || !c.div.data) return null;
+      const layout = ms.across.histogramLayout(run.events, mode, scale);
+      return Plotly.relayout(c.div, { "xaxis.range": layout.xaxis.range || null, "yaxis.range": layout.yaxis.range || null });
+    }));
   };
   return update(runs).then(() => update);
 };

@@ -4,8 +4,8 @@
 ms.view = function () { return document.getElementById("view"); };
 
 // The views below the table, as TensorBoard's dashboards: each shows the selected runs.
-ms.tabs = [["scalars", "scalars"], ["images", "images"], ["histograms", "histograms"], ["text", "text"],
-  ["pr", "PR curves"], ["graph", "graph"], ["hparams", "hparams"]];
+ms.tabs = [["scalars", "scalars"], ["images", "images"], ["audio", "audio"], ["histograms", "histograms"], ["text", "text"],
+  ["pr", "PR curves"], ["custom", "custom scalars"], ["graph", "graph"], ["hparams", "hparams"]];
 ms.tab = "scalars";
 ms.follow = ms.saved("follow", true);
 
@@ -14,6 +14,7 @@ ms.tabCount = function (tab, ids) {
   if (tab === "scalars") return ms.charts.tagsOf(ids).length;
   if (tab === "graph") return ids.filter((id) => ms.graph.tagOf(id)).length;
   if (tab === "hparams") return null;
+  if (tab === "custom") return ms.custom.runsWithLayout(ids).length;
   return ms.across.count(ids, tab);
 };
 
@@ -109,6 +110,7 @@ ms.runsView = async function (tab) {
       delete kindBox.dataset.ready;
       if (ms.tab === "graph") return ms.graph.render(kindBox, ids);
       if (ms.tab === "hparams") return ms.hparams.render(kindBox, ms.table.visible());
+      if (ms.tab === "custom") return ms.custom.render(kindBox, ids);
       return ms.across.render(kindBox, ms.tab, ids);
     });
     return drawing;

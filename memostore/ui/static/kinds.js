@@ -121,6 +121,13 @@ ms.kinds.draw.embedding = async function (box, data, where) {
   div.dataset.points = String(p.x.length);
 };
 
+// A custom scalars layout is drawn where the runs' scalars are: the runs page's tab.
+ms.kinds.draw.custom_scalars = function (box, data, where) {
+  const charts = ms.custom.charts([data]);
+  box.append(ms.el("p", {}, ms.el("a", { href: `#/runs/custom?runs=${where.id}`, class: "custom-link" }, "draw this layout"),
+    ` (${ms.plural(charts.length, "chart")}: ${charts.map((c) => `${c.category} / ${c.title}`).join(", ")})`));
+};
+
 ms.kinds.draw.fields = function (box, data) {
   box.append(ms.json(data.events.slice(-5)));
 };
