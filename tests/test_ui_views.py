@@ -230,7 +230,10 @@ def test_runs_page_views_as_tensorboard_users_expect(tmp_path: Path) -> None:
             == 3
         )
         screenshot(
-            driver, tmp_path, "ui-custom-scalars.png", driver.find_element(By.ID, "kind-panel")
+            driver,
+            tmp_path,
+            "ui-custom-scalars.png",
+            multi.find_element(By.XPATH, "./ancestor::div[contains(@class, 'card')]"),
         )
 
         # Audio across runs: a player per run at the slider's step.
