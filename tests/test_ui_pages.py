@@ -149,6 +149,7 @@ def test_evaluation_page_shows_code_media_histograms_text(server: str, tmp_path:
             "audio", "embedding", "histogram", "image", "pr_curve", "text"
         ]  # fmt: skip
         image = driver.find_element(By.CSS_SELECTOR, ".tag-view[data-kind='image'] img")
+        driver.execute_script("arguments[0].scrollIntoView()", image)  # loaded lazily
         wait_for(lambda: driver.execute_script("return arguments[0].naturalWidth", image) == 6)
         _check_drawn_kinds(driver)
         screenshot(driver, tmp_path, "ui-evaluation.png")
@@ -202,7 +203,7 @@ def _check_drawn_kinds(driver: object) -> None:
     pr = _drawn(driver, "pr_curve")
     assert pr.get_attribute("data-step") == "2"
     last = run("return arguments[0].data[0].y", pr)
-    slider = driver.find_element(By.CSS_SELECTOR, ".tag-view[data-kind='pr_curve'] .pr-step")  # type: ignore[attr-defined]
+    slider = driver.find_element(By.CSS_SELECTOR, ".tag-view[data-kind='pr_curve'] .step-slider")  # type: ignore[attr-defined]
     run("arguments[0].value = '0'; arguments[0].dispatchEvent(new Event('input'))", slider)
     wait_for(lambda: pr.get_attribute("data-step") == "0")
     wait_for(lambda: run("return arguments[0].data[0].y", pr) != last)

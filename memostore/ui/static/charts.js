@@ -167,10 +167,7 @@ ms.charts.image = async function (chart, format) {
   await ms.plotly();
   const { width, height } = chart.div.getBoundingClientRect();
   const url = await Plotly.toImage(chart.div, { format, width: Math.round(width) || 600, height: Math.round(height) || 300, scale: format === "png" ? 2 : 1 });
-  const link = ms.el("a", { href: url, download: ms.fileName(chart.tag, format) });
-  document.body.append(link);
-  link.click();
-  link.remove();
+  ms.download(ms.fileName(chart.tag, format), url);
 };
 
 ms.charts.draw = async function (chart) {

@@ -138,14 +138,15 @@ ms.plotText = function (text) {
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 };
 
-// Save *text* as a file named *name* (nothing leaves the browser).
+// Save *text* (of media *type*), or what the data URL *text* holds without one, as a file
+// named *name* (nothing leaves the browser).
 ms.download = function (name, text, type) {
-  const url = URL.createObjectURL(new Blob([text], { type }));
+  const url = type ? URL.createObjectURL(new Blob([text], { type })) : text;
   const link = ms.el("a", { href: url, download: name });
   document.body.append(link);
   link.click();
   link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 1000);
+  if (type) setTimeout(() => URL.revokeObjectURL(url), 1000);
 };
 
 // A file name made of a tag: letters, digits, dot, dash and underscore.
