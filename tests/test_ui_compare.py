@@ -294,10 +294,10 @@ def test_scalars_tooltip_smoothing_tags_pins_downloads(server: str, tmp_path: Pa
             " [...g.querySelectorAll('.card')].map(c => c.dataset.tag)])"
         )
         assert groups == [
-            ["hparam", ["hparam/val_acc"]],
             ["train", ["train/acc", "train/loss"]],
             ["val", ["val/acc", "val/loss"]],
             ["", ["lr"]],
+            ["hparam", ["hparam/val_acc"]],
         ]
         _type(driver, "tag-filter", "^val/|^lr$")
         wait_for(lambda: _shown_tags(driver) == ["val/acc", "val/loss", "lr"])
