@@ -490,8 +490,9 @@ def test_images_histograms_text_pr_curves_and_graph_across_runs(
             "return Object.fromEntries([...document.querySelectorAll('.tab')]"
             ".map(t => [t.dataset.tab, (t.querySelector('.count') || {}).textContent]))"
         )
-        assert counts == {"scalars": "6", "images": "1", "histograms": "1", "text": "1",
-                          "pr": "1", "graph": "3", "hparams": None}  # fmt: skip
+        assert counts == {"scalars": "6", "images": "1", "audio": "0", "histograms": "1",
+                          "text": "1", "pr": "1", "custom": "0", "graph": "3",
+                          "hparams": None}  # fmt: skip
 
         # Images: one card per run, side by side, at the step the slider picks.
         _open_tab(driver, "images")
