@@ -150,26 +150,41 @@ ms.across.draw = {};
 // Each draw function shows one tag of *runs* in *section* and returns update(runs, changed):
 // the same tag again with the runs' latest points, *changed* the ids whose points grew.
 ms.across.draw.images = function (section, tag, runs) {
-  const grid = ms.el("div", { class: "cards media-cards" });
+  return ms.across.cards(section, tag, runs, "media-cards", (run, caption) => {
+    const img = ms.el("img", { alt: `${tag} of ${ms.nameOf(run.id)}`, loading: "lazy" });
+    img.addEventListener("click", () => ms.across.lightbox(img.src, `${ms.nameOf(run.id)} · ${tag} · ${caption.textContent}`));
+    return img;
+  }, (img, e) => {
+    if (e.media === undefined) return null;
+    const src = ms.across.mediaUrl(e.id, tag, e);
+    if (img.getAttribute("src") !== src) img.src = src;
+    img.style.width = ms.across.imageWidth(e.width) + "px";
+    img.classList.toggle("pixelated", (e.width || 0) < 160);
+    return e.width ? ` · ${e.width}×${e.height}` : "";
+  });
+};
+
+// One card per run, showing its point at the slider's step: *make(run, caption)* gives the
+// card's body, *show(body, point)* shows a point there and returns what the caption adds to
+// its step (null: nothing to show). Returns the update of ms.across.follow.
+ms.across.cards = function (section, tag, runs, kind, make, show) {
+  const grid = ms.el("div", { class: `cards ${kind}` });
   const cards = new Map();
   const add = (run) => {
-    const img = ms.el("img", { alt: `${tag} of ${ms.nameOf(run.id)}`, loading: "lazy" });
     const caption = ms.el("span", { class: "step-of" });
-    const card = ms.el("figure", { class: "card media-card", "data-id": run.id }, ms.across.head(run.id, caption), img);
-    img.addEventListener("click", () => ms.across.lightbox(img.src, `${ms.nameOf(run.id)} · ${tag} · ${caption.textContent}`));
+    const body = make(run, caption);
+    const card = ms.el("div", { class: `card${kind === "media-cards" ? " media-card" : ""}`, "data-id": run.id }, ms.across.head(run.id, caption), body);
     grid.append(card);
-    cards.set(run.id, { run, img, caption, card });
+    cards.set(run.id, { run, body, caption, card });
   };
   const slider = ms.across.slider(tag, runs, (step) => {
     for (const c of cards.values()) {
       const e = ms.across.at(c.run.events, step);
-      if (e.media === undefined) continue;
-      const src = ms.across.mediaUrl(c.run.id, tag, e);
-      if (c.img.getAttribute("src") !== src) c.img.src = src;
-      c.img.style.width = ms.across.imageWidth(e.width) + "px";
-      c.img.classList.toggle("pixelated", (e.width || 0) < 160);
-      c.caption.textContent = `step ${e.step}` + (e.width ? ` · ${e.width}×${e.height}` : "");
+      const more = show(c.body, { ...e, id: c.run.id });
+      if (more === null) continue;
+      c.caption.textContent = `step ${e.step}${more}`;
       c.card.dataset.step = String(e.step);
+      c.body.dataset.step = String(e.step);
     }
   });
   section.append(slider.box, grid);
@@ -178,28 +193,12 @@ ms.across.draw.images = function (section, tag, runs) {
 
 // Audio as TensorBoard's Audio dashboard: per tag, a player per run at the slider's step.
 ms.across.draw.audio = function (section, tag, runs) {
-  const grid = ms.el("div", { class: "cards media-cards" });
-  const cards = new Map();
-  const add = (run) => {
-    const player = ms.el("audio", { controls: "", preload: "metadata" });
-    const caption = ms.el("span", { class: "step-of" });
-    const card = ms.el("div", { class: "card media-card", "data-id": run.id }, ms.across.head(run.id, caption), player);
-    grid.append(card);
-    cards.set(run.id, { run, player, caption, card });
-  };
-  const slider = ms.across.slider(tag, runs, (step) => {
-    for (const c of cards.values()) {
-      const e = ms.across.at(c.run.events, step);
-      if (e.media === undefined) continue;
-      const src = ms.across.mediaUrl(c.run.id, tag, e);
-      if (c.player.getAttribute("src") !== src) c.player.src = src;
-      const seconds = e.sample_rate ? ` · ${(e.frames / e.sample_rate).toFixed(2)} s, ${e.sample_rate} Hz` : "";
-      c.caption.textContent = `step ${e.step}${seconds}`;
-      c.card.dataset.step = String(e.step);
-    }
+  return ms.across.cards(section, tag, runs, "media-cards", () => ms.el("audio", { controls: "", preload: "metadata" }), (player, e) => {
+    if (e.media === undefined) return null;
+    const src = ms.across.mediaUrl(e.id, tag, e);
+    if (player.getAttribute("src") !== src) player.src = src;
+    return e.sample_rate ? ` · ${(e.frames / e.sample_rate).toFixed(2)} s, ${e.sample_rate} Hz` : "";
   });
-  section.append(slider.box, grid);
-  return ms.across.follow(cards, add, slider, runs);
 };
 
 // Full size, over the page: small images at the largest whole factor that fits the window.
@@ -375,25 +374,11 @@ ms.across.draw.histograms = function (section, tag, runs) {
 
 // Text as TensorBoard shows it: Markdown (markdown.js), at the slider's step.
 ms.across.draw.text = function (section, tag, runs) {
-  const grid = ms.el("div", { class: "cards text-cards" });
-  const cards = new Map();
-  const add = (run) => {
-    const caption = ms.el("span", { class: "step-of" });
-    const text = ms.el("div", { class: "logged-text" });
-    grid.append(ms.el("div", { class: "card", "data-id": run.id }, ms.across.head(run.id, caption), text));
-    cards.set(run.id, { run, caption, text, shown: null });
-  };
-  const slider = ms.across.slider(tag, runs, (step) => {
-    for (const c of cards.values()) {
-      const e = ms.across.at(c.run.events, step);
-      if (c.shown !== e.text) c.text.replaceChildren(ms.markdown.render(e.text));
-      c.shown = e.text;
-      c.caption.textContent = `step ${e.step}`;
-      c.text.dataset.step = String(e.step);
-    }
+  return ms.across.cards(section, tag, runs, "text-cards", () => ms.el("div", { class: "logged-text" }), (text, e) => {
+    if (text.shownText !== e.text) text.replaceChildren(ms.markdown.render(e.text));
+    text.shownText = e.text;  // drawn again only when it changed
+    return "";
   });
-  section.append(slider.box, grid);
-  return ms.across.follow(cards, add, slider, runs);
 };
 
 ms.across.draw.pr = function (section, tag, runs) {
