@@ -281,7 +281,6 @@ document.getElementById("theme").addEventListener("click", () => {
   ms.route();
 });
 ms.darkQuery.addEventListener("change", () => { if (ms.themeChoice === "auto") { ms.applyTheme(); ms.route(); } });
-ms.applyTheme();
 document.getElementById("refresh").addEventListener("change", ms.loop);
 const initialRefresh = new URLSearchParams(location.search).get("refresh");
 if (initialRefresh !== null) document.getElementById("refresh").value = initialRefresh;
