@@ -52,7 +52,8 @@ ms.sketch.draw = function (div, traces, layout) {
   const plotW = width - m.l - m.r, plotH = height - m.t - m.b;
   if (xs[0] === xs[1]) xs[1] = xs[0] + 1;
   const pad = ys[1] > ys[0] ? (ys[1] - ys[0]) * 0.03 : 1;  // about as plotly pads a line's range
-  const [y0, y1] = [ys[0] - pad, ys[1] + pad];
+  // The range the chart asks for (outliers left out), as plotly will draw it.
+  const [y0, y1] = layout.yaxis.range || [ys[0] - pad, ys[1] + pad];
   const px = (x) => m.l + ((x - xs[0]) / (xs[1] - xs[0])) * plotW;
   const py = (y) => m.t + (1 - (y - y0) / (y1 - y0)) * plotH;
   const ratio = window.devicePixelRatio || 1;
@@ -61,8 +62,9 @@ ms.sketch.draw = function (div, traces, layout) {
   const ctx = canvas.getContext("2d");
   ctx.scale(ratio, ratio);
   ctx.font = "11px sans-serif";
-  ctx.fillStyle = "#444";
-  ctx.strokeStyle = "#eceff1";
+  const theme = ms.theme();
+  ctx.fillStyle = theme.font;
+  ctx.strokeStyle = theme.grid;
   ctx.lineWidth = 1;
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
@@ -87,6 +89,7 @@ ms.sketch.draw = function (div, traces, layout) {
   const ay = -plotH / (y1 - y0), by = m.t + plotH - y0 * ay;
   let lines = 0;
   for (const trace of traces) {
+    if (trace.mode === "markers") continue;  // NaN marks: plotly draws them
     ctx.globalAlpha = trace.opacity === undefined ? 1 : trace.opacity;
     ctx.strokeStyle = trace.line.color;
     ctx.lineWidth = trace.line.width;
