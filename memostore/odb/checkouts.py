@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 from ..errors import DecodeError, ObjectNotFound
 from .filecopy import copy_fd
+from .inside import join_beneath
 from .objects import is_object_id, new_hasher
 
 CHECKOUTS_DIRNAME = "checkouts"
@@ -203,8 +204,9 @@ def ensure_checkout(
         if type(entry.executable) is not bool:
             raise DecodeError(f"{what} {name!r}: entry {entry.relpath!r} has a bad mode")
     root = checkout_root(objects, key)
+    path = join_beneath(root, name)  # the name is the stored value's: checked where it ends
     if intact(root, name, is_dir, rels):
-        return root / name
+        return path
     try:
         _lay_out(objects, root, what, name, is_dir, list(zip(rels, entries, strict=True)))
     except OSError as exc:
@@ -212,7 +214,7 @@ def ensure_checkout(
             f"cannot lay out the files of {what} {name!r} under {root.parent}: "
             f"{exc.strerror or exc}"
         ) from exc
-    return root / name
+    return path
 
 
 # -- checking ----------------------------------------------------------------------------------
