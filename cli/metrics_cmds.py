@@ -13,7 +13,7 @@ import click
 
 from memostore.errors import MemostoreError, printable
 
-from .output import echo
+from .output import echo, echo_drawn
 from .state import State, pass_state
 
 
@@ -111,7 +111,7 @@ def plot(
         return _render(sources, tags, smooth, x_mode, columns, height, color, follow)
 
     if not follow:
-        click.echo(frame())
+        echo_drawn(frame())
         return
     _follow(sources, frame, interval, tty)
 
@@ -166,10 +166,10 @@ def _follow(sources: list[tuple[str, Any]], frame: Any, interval: float, tty: bo
         nonlocal shown
         if tty and shown:
             # Back to the first line of the previous frame, and clear from there.
-            click.echo(f"\x1b[{shown}F\x1b[J", nl=False)
+            echo_drawn(f"\x1b[{shown}F\x1b[J", nl=False)
         elif shown:
-            click.echo()  # piped: frames one after another, a blank line apart
-        click.echo(text)
+            echo_drawn()  # piped: frames one after another, a blank line apart
+        echo_drawn(text)
         shown = text.count("\n") + 1
 
     try:
@@ -184,7 +184,7 @@ def _follow(sources: list[tuple[str, Any]], frame: Any, interval: float, tty: bo
             if changed:
                 emit(frame())
     except KeyboardInterrupt:
-        click.echo()  # stopped by the user: the last frame stays, the prompt goes below it
+        echo_drawn()  # stopped by the user: the last frame stays, the prompt goes below it
     for rev, source in sources:
         if source.outcome is not None:
             echo(f"{rev}: {_short(source.function)} {source.name[:8]} ended: {source.outcome}")

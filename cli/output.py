@@ -264,6 +264,14 @@ def echo(text: Any = "", *, err: bool = False, nl: bool = True) -> None:
     click.echo(printable(text, lines=True), err=err, nl=nl)
 
 
+def echo_drawn(text: str = "", *, nl: bool = True) -> None:
+    """Text with escape sequences of its own (a plot's colours, a redraw's cursor moves).
+
+    The strings of records in it were escaped as it was drawn (``metrics_cmds._render``).
+    """
+    click.echo(text, nl=nl)
+
+
 __all__ = [
     "STATUS_STYLE",
     "Output",
@@ -272,6 +280,7 @@ __all__ = [
     "csv_text",
     "duration",
     "echo",
+    "echo_drawn",
     "json_safe",
     "markdown_table",
     "number",
