@@ -35,8 +35,8 @@ from .source_check import (
     MAIN,
     TodaySource,
     check_dependencies,
-    files_it_names_are_read,
     is_kernel,
+    named_files_refusal,
     python_path,
     read_source,
     recorded_script,
@@ -107,7 +107,7 @@ def _today_sources(
     provenance = body.get("provenance") or {}
     paths = [str(p) for p in sources]
     if not paths:
-        refused = files_it_names_are_read(store, evaluation_id)
+        refused = named_files_refusal(store, evaluation_id)
         if refused is not None:
             out["reasons"].append(refused)
             return None

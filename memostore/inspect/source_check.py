@@ -9,7 +9,7 @@ the user's modules beside it: files are read and parsed, never executed, and
 never put on ``sys.path``. A file is read through :func:`read_named_file`
 only: a regular file, at most :data:`NAMED_FILE_MAX` bytes, never more of it
 (a path a pulled record names may point at anything), and
-:func:`files_it_names_are_read` says whether an evaluation's recorded paths
+:func:`named_files_refusal` says whether an evaluation's recorded paths
 are followed at all: only when it was made in this store.
 
 Comparisons reuse the code scanner's normalisation
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..code.source import SourceFile, normalised_dump, parse_lines
+from ..trust.origins import origins_of
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -70,15 +71,13 @@ def read_named_file(path: str | os.PathLike[str], limit: int = NAMED_FILE_MAX) -
     return data
 
 
-def files_it_names_are_read(store: Store, evaluation_id: str) -> str | None:
-    """None when the files an evaluation's record names may be read; else why not.
+def named_files_refusal(store: Store, evaluation_id: str) -> str | None:
+    """Why the files an evaluation's record names are not read; None when they may be.
 
     Only an evaluation made in this store: one that arrived by a pull or an
     auto-fetch (:mod:`memostore.trust.origins`) was written by someone else,
     and the paths it records (its script, its working directory) are theirs.
     """
-    from ..trust.origins import origins_of
-
     sources = origins_of(store.objects, evaluation_id)
     if not sources:
         return None

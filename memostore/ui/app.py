@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 STATIC = Path(__file__).resolve().parent / "static"
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+# Runs one request may name (the page asks in batches: a URL holds about 150 ids).
+MAX_RUNS = 500
 
 
 def _plotly_js() -> Path:
@@ -160,8 +162,11 @@ def create_app(store: Store | Path, host: str, token: str) -> Starlette:
         return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
 
     def ids_of(params: Any) -> list[str]:
-        # Once each: a list repeating one id must not repeat its work.
-        return list(dict.fromkeys(check_id(i) for i in params.get("ids", "").split(",") if i))
+        # Once each, and a bounded number: the work is per run named.
+        ids = list(dict.fromkeys(check_id(i) for i in params.get("ids", "").split(",") if i))
+        if len(ids) > MAX_RUNS:
+            raise BadRequest(f"at most {MAX_RUNS} runs per request; ask in batches")
+        return ids
 
     def runs(request: Request) -> Any:
         limit = request.query_params.get("limit")

@@ -244,7 +244,7 @@ def why_miss_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
     evaluation's recorded paths are not followed (its writer chose them).
     """
     from ..inspect.miss_check import why_miss
-    from ..inspect.source_check import files_it_names_are_read
+    from ..inspect.source_check import named_files_refusal
 
     if _is_run(identifier):
         raise BadRequest("a running evaluation has no record to check yet")
@@ -257,7 +257,7 @@ def why_miss_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
     sources: list[str] = []
     if (
         module not in ("__main__", "run", "")
-        and files_it_names_are_read(catalog.store, identifier) is None
+        and named_files_refusal(catalog.store, identifier) is None
     ):
         found = _module_file(module, (body.get("provenance") or {}).get("cwd"))
         if found is None:
