@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from memostore import Store
+from memostore.errors import printable
 from memostore.odb.inside import OutsideRoot, join_beneath
 from memostore.odb.objects import Links
 from memostore.records.evaluation import eval_ref_name, evaluation_doc
@@ -237,3 +238,25 @@ def test_no_cli_module_writes_around_the_output_layer() -> None:
 
 if sys.platform != "linux":  # pseudo-terminals and FIFOs as Linux has them
     pytestmark = pytest.mark.skip("Linux only")
+
+
+def test_library_messages_reach_a_terminal_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """Errors, warnings and verbose lines quote records too: their text is escaped."""
+    import warnings
+
+    from memostore.call import verbose
+    from memostore.errors import DecodeError, MemostoreWarning
+
+    error = DecodeError(f"stored name {HOST}\nsecond line")
+    assert str(error) == f"stored name {printable(HOST)}\nsecond line"
+    shown = warnings.formatwarning(MemostoreWarning(HOST), MemostoreWarning, "x.py", 1)
+    _no_terminal_controls(shown)
+    assert printable(HOST) in shown
+    verbose.set_verbose(True)
+    try:
+        verbose.report_miss(f"__main__:f{TITLE}", "ab" * 32, f"reason {CLIPBOARD}")
+    finally:
+        verbose.set_verbose(None)
+    line = capsys.readouterr().err
+    _no_terminal_controls(line)
+    assert "\\x1b]52;c;" in line and line.count("\n") == 1
