@@ -204,17 +204,17 @@ def ensure_checkout(
         if type(entry.executable) is not bool:
             raise DecodeError(f"{what} {name!r}: entry {entry.relpath!r} has a bad mode")
     root = checkout_root(objects, key)
-    path = join_beneath(root, name)  # the name is the stored value's: checked where it ends
-    if intact(root, name, is_dir, rels):
-        return path
-    try:
-        _lay_out(objects, root, what, name, is_dir, list(zip(rels, entries, strict=True)))
-    except OSError as exc:
-        raise DecodeError(
-            f"cannot lay out the files of {what} {name!r} under {root.parent}: "
-            f"{exc.strerror or exc}"
-        ) from exc
-    return path
+    if not intact(root, name, is_dir, rels):
+        try:
+            _lay_out(objects, root, what, name, is_dir, list(zip(rels, entries, strict=True)))
+        except OSError as exc:
+            raise DecodeError(
+                f"cannot lay out the files of {what} {name!r} under {root.parent}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+    # The name is the stored value's: where the path handed out ends is checked, once
+    # a link planted there has been replaced by the laid-out tree.
+    return join_beneath(root, name)
 
 
 # -- checking ----------------------------------------------------------------------------------
