@@ -9,6 +9,7 @@ with it from another site or origin.
 from __future__ import annotations
 
 import http.client
+import json
 import subprocess
 import sys
 import urllib.parse
@@ -27,8 +28,8 @@ pytest.importorskip("uvicorn")
 
 
 @contextmanager
-def _dashboard(lab: Lab) -> Iterator[tuple[str, int, str]]:
-    """``memostore ui --port 0`` on the victim's store: (host, port, token) from its URL."""
+def _dashboard(lab: Lab) -> Iterator[tuple[str, int, str, int]]:
+    """``memostore ui --port 0`` on the victim's store: (host, port, token, pid)."""
     command = ["memostore_cli.main", "--store", str(lab.victim_store), "ui", "--port", "0"]
     proc = subprocess.Popen(
         [sys.executable, "-m", *command],
@@ -43,18 +44,18 @@ def _dashboard(lab: Lab) -> Iterator[tuple[str, int, str]]:
         (token,) = urllib.parse.parse_qs(printed.query)["token"]
         assert len(token) >= 32
         assert printed.hostname is not None and printed.port is not None
-        yield printed.hostname, printed.port, token
+        yield printed.hostname, printed.port, token, proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)
 
 
-def _get(where: tuple[str, int, str], path: str, **headers: str) -> http.client.HTTPResponse:
-    host, port, _ = where
+def _get(where: tuple[str, int, str, int], path: str, **headers: str) -> http.client.HTTPResponse:
+    host, port = where[:2]
     connection = http.client.HTTPConnection(host, port, timeout=60)
     connection.request("GET", path, headers={k.replace("_", "-"): v for k, v in headers.items()})
     response = connection.getresponse()
-    response.read()
+    response.body = response.read()  # type: ignore[attr-defined]
     connection.close()
     return response
 
@@ -102,3 +103,20 @@ def test_the_printed_url_becomes_a_strict_cookie_and_leaves_the_address(lab: Lab
         assert _get(where, "/api/runs", Cookie=f"{cookie_name(token)}=guess").status == 403
         # A wrong token in the URL sets nothing.
         assert _get(where, "/?token=guess").status == 403
+
+
+def test_the_dashboard_reads_no_file_a_pulled_record_names(lab: Lab) -> None:
+    from .remotekit import sparse
+    from .test_record_boundary import HUGE, _named_files, _published
+
+    huge = lab.outside / "huge.py"
+    sparse(huge, HUGE)
+    forged = _published(lab, str(lab.remote), _named_files(huge))
+    with _dashboard(lab) as where:
+        answer = _get(where, f"/api/why/{forged}", X_Memostore_Token=where[2])
+        assert answer.status == 200
+        reasons = json.loads(answer.body)["reasons"]  # type: ignore[attr-defined]
+        assert any("pulled" in reason for reason in reasons), reasons
+        with open(f"/proc/{where[3]}/status") as f:
+            peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        assert peak < 350 << 10, f"the dashboard held {peak >> 10} MB"
