@@ -30,6 +30,32 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# "host:port" -> the token of each dashboard this process started.
+_TOKENS: dict[str, str] = {}
+
+
+class _TokenHeader(urllib.request.BaseHandler):
+    """Sends a dashboard's token with each request addressed to it (as its page does)."""
+
+    def http_request(self, request: urllib.request.Request) -> urllib.request.Request:
+        token = _TOKENS.get(request.host)
+        if token is not None:
+            request.add_unredirected_header("X-Memostore-Token", token)
+        return request
+
+
+urllib.request.install_opener(urllib.request.build_opener(_TokenHeader()))
+
+
+def with_token(url: str) -> str:
+    """*url* of a dashboard started here, with its token: what a browser opens."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.urlencode([("token", _TOKENS[parts.netloc])]) + (
+        f"&{parts.query}" if parts.query else ""
+    )
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
+
+
 def fetch(url: str, timeout: float = 120) -> Any:
     """The decoded JSON of a GET."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -55,14 +81,17 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def start_ui(store: Path) -> tuple[subprocess.Popen, str]:
-    """``memostore ui --port 0`` over *store*: (process, the URL it prints first)."""
+    """``memostore ui --port 0`` over *store*: (process, the URL it prints first, without
+    its token: requests of this process send it, :func:`with_token` adds it)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "memostore_cli.main", "--store", str(store), "ui", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+    parts = urllib.parse.urlsplit(proc.stdout.readline().strip())
+    _TOKENS[parts.netloc] = urllib.parse.parse_qs(parts.query)["token"][0]
+    return proc, urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 
 
 def _family(pid: int) -> list[int]:

@@ -68,6 +68,7 @@ from _servers import (
     start_ui,
     stop,
     tensorboard_server,
+    with_token,
 )
 
 WRITER = """
@@ -266,7 +267,7 @@ def drawn_in_chromium(
                 settle(server["pid"], 0.5, timeout=60)
                 ours.append(
                     _browser.time_to_drawn(
-                        f"{url}?select={runs}",
+                        with_token(f"{url}?select={runs}"),
                         {"drawn": _browser.MEMOSTORE_DRAWN, "ready": _browser.MEMOSTORE_READY},
                         runs,
                     )
@@ -309,7 +310,7 @@ def table_in_chromium(store: Path, repeat: int) -> float:
         proc, url = start_ui(store)
         try:
             fetch(url + "api/live")  # the server is up (the listing warms meanwhile)
-            times.append(_browser.time_to_drawn(url, {"table": drawn}, 0)["table"])
+            times.append(_browser.time_to_drawn(with_token(url), {"table": drawn}, 0)["table"])
         finally:
             stop(proc)
     return statistics.median(times)

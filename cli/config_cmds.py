@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .output import Output
+from .output import Output, echo
 from .state import State, get_state, pass_state
 
 
@@ -83,7 +83,7 @@ def _print_notice(result: Any, **params: Any) -> Any:
 
         notice = take_notice(store)
         if notice:
-            click.echo(f"memostore: {notice}", err=True)
+            echo(f"memostore: {notice}", err=True)
     return result
 
 

@@ -11,7 +11,7 @@ import click
 
 from memostore.odb.collector import collector_paused
 
-from .output import Output, age, json_safe
+from .output import Output, age, echo, json_safe
 from .state import State, pass_state
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def _du(state: State, target: str | None, top: int, as_json: bool) -> None:
                 "see what the store holds with `memostore log`"
             )
     if as_json:
-        click.echo(_json_text(_du_json(usage, ids, tags)))
+        echo(_json_text(_du_json(usage, ids, tags)))
         return
     _print_store_line(out, usage)
     if ids is None:

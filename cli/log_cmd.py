@@ -15,6 +15,7 @@ from .output import (
     age,
     csv_text,
     duration,
+    echo,
     markdown_table,
     number,
     padded,
@@ -418,9 +419,9 @@ def _print_table(
                 + [number(v) for v in metric_cells]
             )
     if fmt == "csv":
-        click.echo(csv_text(columns, rows), nl=False)
+        echo(csv_text(columns, rows), nl=False)
     elif fmt == "md":
-        click.echo(markdown_table(columns, rows), nl=False)
+        echo(markdown_table(columns, rows), nl=False)
     else:
         out.table(columns, rows, styles=["yellow", "cyan", None, None, "dim", "dim"])
 

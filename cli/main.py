@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from memostore import __version__
-from memostore.errors import MemostoreError
+from memostore.errors import MemostoreError, printable
 
 from .state import State
 
@@ -37,6 +37,10 @@ class MemostoreGroup(click.Group):
             return super().invoke(ctx)
         except MemostoreError as exc:
             raise click.ClickException(one_line(str(exc))) from None
+        except click.ClickException as exc:
+            # A command's own message may quote what a record holds.
+            exc.message = printable(exc.message)
+            raise
         except OSError as exc:
             if isinstance(exc, BrokenPipeError):
                 raise

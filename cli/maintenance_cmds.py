@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .output import Output, duration
+from .output import Output, duration, echo
 from .state import State, pass_state
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -245,7 +245,7 @@ def fsck(state: State, as_json: bool) -> None:
             f"and {report.refs} ref(s); index {report.index}"
         )
     if not report.ok:
-        click.echo(
+        echo(
             f"memostore: fsck found {len(report.problems)} problem(s); a memoised call whose "
             "objects are damaged recomputes them, and `memostore gc` frees what no ref reaches",
             err=True,

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 
-from memostore.errors import MemostoreError
+from memostore.errors import MemostoreError, printable
 
+from .output import echo, echo_drawn
 from .state import State, pass_state
 
 
@@ -110,7 +111,7 @@ def plot(
         return _render(sources, tags, smooth, x_mode, columns, height, color, follow)
 
     if not follow:
-        click.echo(frame())
+        echo_drawn(frame())
         return
     _follow(sources, frame, interval, tty)
 
@@ -151,8 +152,9 @@ def _render(
             if len(tags) > 1:
                 label += f" {tag}"
             state = ", running" if source.live else ""
-            curves.append(Curve(f"{label}  ({len(values)} points{state})", x, y))
-    title = ", ".join(tags) + (f"  (smoothed {smooth:g})" if smooth else "")
+            # The frame holds the plot's own colours, so what records name is escaped here.
+            curves.append(Curve(printable(f"{label}  ({len(values)} points{state})"), x, y))
+    title = printable(", ".join(tags) + (f"  (smoothed {smooth:g})" if smooth else ""))
     return render(curves, width=width, height=height, x_mode=x_mode, color=color, title=title)
 
 
@@ -164,10 +166,10 @@ def _follow(sources: list[tuple[str, Any]], frame: Any, interval: float, tty: bo
         nonlocal shown
         if tty and shown:
             # Back to the first line of the previous frame, and clear from there.
-            click.echo(f"\x1b[{shown}F\x1b[J", nl=False)
+            echo_drawn(f"\x1b[{shown}F\x1b[J", nl=False)
         elif shown:
-            click.echo()  # piped: frames one after another, a blank line apart
-        click.echo(text)
+            echo_drawn()  # piped: frames one after another, a blank line apart
+        echo_drawn(text)
         shown = text.count("\n") + 1
 
     try:
@@ -182,12 +184,10 @@ def _follow(sources: list[tuple[str, Any]], frame: Any, interval: float, tty: bo
             if changed:
                 emit(frame())
     except KeyboardInterrupt:
-        click.echo()  # stopped by the user: the last frame stays, the prompt goes below it
+        echo_drawn()  # stopped by the user: the last frame stays, the prompt goes below it
     for rev, source in sources:
         if source.outcome is not None:
-            click.echo(
-                f"{rev}: {_short(source.function)} {source.name[:8]} ended: {source.outcome}"
-            )
+            echo(f"{rev}: {_short(source.function)} {source.name[:8]} ended: {source.outcome}")
 
 
 @click.group("export")
@@ -215,5 +215,5 @@ def export_tensorboard(state: State, revs: tuple[str, ...], logdir: Path) -> Non
     tb_export.require_tensorboard()  # fail early, with the install hint, before resolving anything
     ids = [_logs_of(state, rev)[0] for rev in revs]
     for run_dir in tb_export.export_tensorboard(state.store, ids, logdir):
-        click.echo(str(run_dir))
-    click.echo(f"view with: tensorboard --logdir {logdir}", err=True)
+        echo(str(run_dir))
+    echo(f"view with: tensorboard --logdir {logdir}", err=True)

@@ -1,7 +1,11 @@
 """Presentation: rich tables and colours on a terminal, plain text when piped, JSON on request.
 
-Commands build their output from plain data and hand it to an :class:`Output`;
-nothing here reads the store.
+Commands build their output from plain data and hand it to an :class:`Output`
+(or :func:`echo`); nothing here reads the store. Every string written here
+goes through :func:`memostore.errors.printable`, since what a record holds
+may come from whoever wrote a pulled store: a terminal is never handed an
+escape sequence from it, and rich never reads markup (``[link=...]``) in it.
+JSON escapes control characters itself.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
+
+from memostore.errors import printable
 
 
 def json_safe(value: Any) -> Any:
@@ -100,14 +106,14 @@ class Output:
         if self.rich:
             from rich.text import Text
 
-            self.console.print(Text(text, style=style or ""))
+            self.console.print(Text(printable(text), style=style or ""))
         else:
-            click.echo(text)
+            click.echo(printable(text))
 
     def text(self, text: str) -> None:
         """A block of plain lines, written at once."""
         if text:
-            click.echo(text)
+            click.echo(printable(text, lines=True))
 
     def styled(self, parts: Sequence[tuple[str, str | None]]) -> None:
         """One line made of (text, style) parts."""
@@ -116,10 +122,10 @@ class Output:
 
             text = Text()
             for chunk, style in parts:
-                text.append(chunk, style=style or "")
+                text.append(printable(chunk), style=style or "")
             self.console.print(text)
         else:
-            click.echo("".join(chunk for chunk, _ in parts))
+            click.echo(printable("".join(chunk for chunk, _ in parts)))
 
     def json(self, data: Any) -> None:
         """*data* as indented, strict JSON."""
@@ -156,13 +162,15 @@ class Output:
         """A table: rich on a terminal, space-aligned columns when piped."""
         if self.rich:
             from rich.table import Table
+            from rich.text import Text
 
             table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
             for i, name in enumerate(columns):
                 style = styles[i] if styles and i < len(styles) else None
-                table.add_column(name, style=style or "", overflow="fold")
+                table.add_column(Text(printable(name)), style=style or "", overflow="fold")
             for row in rows:
-                table.add_row(*row)
+                # Text, not str: rich would read markup in a string a record holds.
+                table.add_row(*(Text(printable(cell)) for cell in row))
             if indent:
                 from rich.padding import Padding
 
@@ -170,7 +178,8 @@ class Output:
             else:
                 self.console.print(table)
             return
-        for line in aligned([list(columns), *[list(r) for r in rows]]):
+        cells = [[printable(c) for c in r] for r in (columns, *rows)]
+        for line in aligned(cells):
             click.echo(indent + line)
 
     @contextmanager
@@ -219,14 +228,14 @@ def aligned(rows: Sequence[Sequence[str]], gap: str = "  ") -> list[str]:
 def csv_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
+    writer.writerow(printable(c) for c in columns)
+    writer.writerows([printable(c) if isinstance(c, str) else c for c in row] for row in rows)
     return buffer.getvalue()
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     def cell(text: str) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
+        return printable(str(text).replace("|", "\\|").replace("\n", " "))
 
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |"]
     lines.append("|" + "|".join("---" for _ in columns) + "|")
@@ -247,7 +256,20 @@ def _isatty(stream: Any) -> bool:
 
 def warn(message: str) -> None:
     """A warning on stderr (never mixed into JSON or CSV on stdout)."""
-    click.echo(f"memostore: warning: {message}", err=True)
+    click.echo(f"memostore: warning: {printable(message, lines=True)}", err=True)
+
+
+def echo(text: Any = "", *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` for text that may quote a record: lines kept, controls escaped."""
+    click.echo(printable(text, lines=True), err=err, nl=nl)
+
+
+def echo_drawn(text: str = "", *, nl: bool = True) -> None:
+    """Text with escape sequences of its own (a plot's colours, a redraw's cursor moves).
+
+    The strings of records in it were escaped as it was drawn (``metrics_cmds._render``).
+    """
+    click.echo(text, nl=nl)
 
 
 __all__ = [
@@ -257,6 +279,8 @@ __all__ = [
     "aligned",
     "csv_text",
     "duration",
+    "echo",
+    "echo_drawn",
     "json_safe",
     "markdown_table",
     "number",

@@ -27,6 +27,8 @@ from memostore.remote import (
 )
 from memostore.transport.config import looks_like_url
 
+from .output import echo
+
 
 def register(group: click.Group) -> None:
     """Add ``remote`` (add/list/remove/trust), ``push`` and ``pull`` to *group*."""
@@ -63,7 +65,7 @@ def _user_errors() -> Iterator[None]:
     except MemostoreError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
-        click.echo("interrupted; run the command again to resume", err=True)
+        echo("interrupted; run the command again to resume", err=True)
         raise SystemExit(130) from None
 
 
@@ -209,9 +211,9 @@ def _sync(
             progress=_progress(label, quiet or as_json),
         )
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        echo(json.dumps(report.to_json(), indent=2))
     else:
-        click.echo(_summary(report, remote))
+        echo(_summary(report, remote))
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -260,7 +262,7 @@ def remote_add(
         )  # fmt: skip
     settings = [s for s, on in (("auto-fetch on", remote.auto_fetch), ("trusted", trusted)) if on]
     extra = f" ({', '.join(settings)})" if settings else ""
-    click.echo(f"added remote {remote.name}: {remote.url}{extra}")
+    echo(f"added remote {remote.name}: {remote.url}{extra}")
 
 
 @remote_group.command("trust")
@@ -277,9 +279,9 @@ def remote_trust(name: str, off: bool) -> None:
     with _user_errors():
         remote = set_remote_trust(_store(create=False), name, not off)
     if remote.trusted:
-        click.echo(f"trusting remote {remote.name} ({remote.url}): its pickled code may be loaded")
+        echo(f"trusting remote {remote.name} ({remote.url}): its pickled code may be loaded")
     else:
-        click.echo(f"no longer trusting remote {remote.name} ({remote.url})")
+        echo(f"no longer trusting remote {remote.name} ({remote.url})")
 
 
 @remote_group.command("list")
@@ -289,7 +291,7 @@ def remote_list(as_json: bool) -> None:
     with _user_errors():
         remotes = list_remotes(_store(create=False))
     if as_json:
-        click.echo(json.dumps([{"name": r.name, **r.to_json()} for r in remotes], indent=2))
+        echo(json.dumps([{"name": r.name, **r.to_json()} for r in remotes], indent=2))
         return
     for r in remotes:
         details = [f"endpoint {r.endpoint}"] if r.endpoint else []
@@ -300,7 +302,7 @@ def remote_list(as_json: bool) -> None:
         if r.trusted:
             details.append("trusted")
         suffix = f"  ({', '.join(details)})" if details else ""
-        click.echo(f"{r.name}\t{r.url}{suffix}")
+        echo(f"{r.name}\t{r.url}{suffix}")
 
 
 @remote_group.command("remove")
@@ -309,7 +311,7 @@ def remote_remove(name: str) -> None:
     """Forget a remote (nothing on the remote is deleted)."""
     with _user_errors():
         remove_remote(_store(create=False), name)
-    click.echo(f"removed remote {name}")
+    echo(f"removed remote {name}")
 
 
 @click.command("push")

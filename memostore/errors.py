@@ -9,8 +9,44 @@ working. Messages say how to fix the problem where there is a fix.
 from __future__ import annotations
 
 
+def _escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
+
+
+# What a terminal would act on rather than show: C0 controls but the tab, DEL, C1
+# controls (U+009B is a one-character CSI), and the bidirectional overrides that
+# make text read in another order than it runs.
+_CONTROLS = (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))
+_BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_ONE_LINE = {c: _escape(c) for c in (*_CONTROLS, *_BIDI)}
+_LINES = {c: v for c, v in _ONE_LINE.items() if c != 0x0A}
+
+
+def printable(text: object, *, lines: bool = False) -> str:
+    """*text* as a terminal may show it: control characters and ESC written as escapes.
+
+    Every string a store holds may come from someone else (a pulled record's
+    arguments, host, tags), and a terminal acts on escape sequences: OSC 0 sets
+    the window's title, OSC 52 writes the clipboard. Whatever reaches a
+    terminal goes through here: ``"\\x1b]0;t\\x07"`` is shown as ``\\x1b]0;t\\x07``,
+    a C1 control as ``\\u009b``. Tabs are kept; newlines only with *lines*
+    (a block of text made of lines, as a message or a diff is).
+    """
+    s = text if isinstance(text, str) else str(text)
+    if s.isprintable():  # the common case, checked in C
+        return s
+    return s.translate(_LINES if lines else _ONE_LINE)
+
+
 class MemostoreError(Exception):
-    """Root of every error memostore raises on purpose."""
+    """Root of every error memostore raises on purpose.
+
+    Its text is :func:`printable`: a message quoting a stored string never
+    carries a terminal's escape sequence to wherever it is printed.
+    """
+
+    def __str__(self) -> str:
+        return printable(super().__str__(), lines=True)
 
 
 class MemostoreWarning(Warning):
@@ -18,7 +54,11 @@ class MemostoreWarning(Warning):
 
     A ``Warning`` but not a ``UserWarning``: ``filterwarnings("ignore",
     category=UserWarning)``, common in training scripts, does not silence it.
+    Its text is :func:`printable`, as an error's is.
     """
+
+    def __str__(self) -> str:
+        return printable(super().__str__(), lines=True)
 
 
 class RemoteError(MemostoreError):

@@ -1,4 +1,10 @@
-"""Running the dashboard for tests: a real `memostore ui` process and a real headless Chromium."""
+"""Running the dashboard for tests: a real `memostore ui` process and a real headless Chromium.
+
+The server prints its URL with its token (``http://127.0.0.1:PORT/?token=T``);
+:func:`ui_server` yields the URL without it and remembers the token, which
+every ``urllib`` request of the tests sends as a header and every browser of
+:func:`browser` holds as the cookie the dashboard's page would have set.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,10 +47,34 @@ CHROMIUM_FLAGS = (
 # Documentation screenshots (docs/images/) bigger than this get a 256-colour palette.
 DOC_IMAGE_BYTES = 60_000
 
+# "host:port" -> the token of each dashboard running for this test process.
+TOKENS: dict[str, str] = {}
+
+
+def split_token(printed: str) -> tuple[str, str]:
+    """(the URL without its token, the token) of the URL `memostore ui` prints."""
+    parts = urllib.parse.urlsplit(printed)
+    token = urllib.parse.parse_qs(parts.query)["token"][0]
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), token
+
+
+class _TokenHeader(urllib.request.BaseHandler):
+    """Adds a running dashboard's token to a request addressed to it."""
+
+    def http_request(self, request: urllib.request.Request) -> urllib.request.Request:
+        token = TOKENS.get(request.host)
+        if token is not None and not request.has_header("X-memostore-token"):
+            request.add_unredirected_header("X-Memostore-Token", token)
+        return request
+
+
+urllib.request.install_opener(urllib.request.build_opener(_TokenHeader()))
+
 
 @contextmanager
 def ui_server(store: Path, *extra: str) -> Iterator[str]:
-    """`memostore ui --port 0 --store STORE` as a process; yields the URL of its first line."""
+    """`memostore ui --port 0 --store STORE` as a process; yields the URL of its first line,
+    without its token (requests of this process and its browsers carry the token)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -62,11 +93,17 @@ def ui_server(store: Path, *extra: str) -> Iterator[str]:
     )
     try:
         assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http://"):
+        printed = proc.stdout.readline().strip()
+        if not printed.startswith("http://"):
             proc.kill()
-            raise AssertionError(f"no URL printed: {url!r}; stderr: {proc.stderr.read()}")
-        yield url
+            raise AssertionError(f"no URL printed: {printed!r}; stderr: {proc.stderr.read()}")
+        url, token = split_token(printed)
+        netloc = urllib.parse.urlsplit(url).netloc
+        TOKENS[netloc] = token
+        try:
+            yield url
+        finally:
+            del TOKENS[netloc]
     finally:
         proc.terminate()
         try:
@@ -104,6 +141,20 @@ def browser() -> Iterator[Any]:
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     driver.set_page_load_timeout(60)
+    navigate = driver.get
+
+    def get(url: str) -> None:
+        # What opening the printed URL leaves in a browser: the dashboard's cookie.
+        netloc = urllib.parse.urlsplit(url).netloc
+        if netloc in TOKENS:
+            from memostore.ui.guard import cookie_name
+
+            token = TOKENS[netloc]
+            cookie = {"name": cookie_name(token), "value": token, "url": f"http://{netloc}/"}
+            driver.execute_cdp_cmd("Network.setCookie", {**cookie, "sameSite": "Strict"})
+        navigate(url)
+
+    driver.get = get
     try:
         yield driver
     finally:

@@ -19,6 +19,8 @@ import os
 import sys
 from typing import Any
 
+from ..errors import printable
+
 _ENV = "MEMOSTORE_VERBOSE"
 _forced: bool | None = None
 _from_env: bool | None = None  # read once: this runs on every call
@@ -46,8 +48,9 @@ def _name(symbol: str) -> str:
 
 def _emit(text: str) -> None:
     # One write per line: print() writes the text and its newline separately, and a
-    # stream that other threads share (a Jupyter kernel's) can split them apart.
-    sys.stderr.write(f"memostore: {text}\n")
+    # stream that other threads share (a Jupyter kernel's) can split them apart. A
+    # line names what a record holds (a miss's reason): it reaches a terminal escaped.
+    sys.stderr.write(f"memostore: {printable(text)}\n")
     sys.stderr.flush()
 
 

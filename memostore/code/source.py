@@ -43,6 +43,7 @@ __all__ = [
     "code_facts",
     "find_definition",
     "normalised_dump",
+    "parse_lines",
     "qualname_of",
     "source_file",
 ]
@@ -362,14 +363,18 @@ def source_file(filename: str, module_globals: dict[str, Any] | None = None) -> 
     if cached is not None and cached[0] is lines:
         return cached[1]
     with _lock:
-        try:
-            tree = ast.parse("".join(lines), filename)
-        except (SyntaxError, ValueError, RecursionError):
-            parsed = None
-        else:
-            parsed = _index(filename, lines, tree)
+        parsed = parse_lines(filename, lines)
         _files[filename] = (lines, parsed)
     return parsed
+
+
+def parse_lines(filename: str, lines: list[str]) -> SourceFile | None:
+    """*lines* (with their ends) parsed as the source of *filename*, or None if they do not."""
+    try:
+        tree = ast.parse("".join(lines), filename)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return _index(filename, lines, tree)
 
 
 def _positions(code: CodeType) -> list[tuple[int, int, int, int]]:

@@ -36,6 +36,7 @@ from .source_check import (
     TodaySource,
     check_dependencies,
     is_kernel,
+    named_files_refusal,
     python_path,
     read_source,
     recorded_script,
@@ -79,7 +80,7 @@ def why_miss(
         out["reasons"].append(f"{function} is a standalone run, not a memoised function")
         return out
     if module == MAIN or sources or not may_import:
-        _check_from_source(store, body, out, sources)
+        _check_from_source(store, evaluation_id, body, out, sources)
         if module != MAIN and not sources:
             out["notes"].append(
                 f"checked from source text: {module} is named by the store, not by you, so "
@@ -97,11 +98,19 @@ def why_miss(
 
 # -- __main__ and notebooks: compare sources --------------------------------------------------
 def _today_sources(
-    body: Mapping[str, Any], sources: Sequence[str | os.PathLike[str]], out: dict[str, Any]
+    store: Store,
+    evaluation_id: str,
+    body: Mapping[str, Any],
+    sources: Sequence[str | os.PathLike[str]],
+    out: dict[str, Any],
 ) -> TodaySource | None:
     provenance = body.get("provenance") or {}
     paths = [str(p) for p in sources]
     if not paths:
+        refused = named_files_refusal(store, evaluation_id)
+        if refused is not None:
+            out["reasons"].append(refused)
+            return None
         script = recorded_script(provenance)
         if script is None:
             out["reasons"].append(_no_source_reason(provenance))
@@ -141,13 +150,14 @@ def _no_source_reason(provenance: Mapping[str, Any]) -> str:
 
 def _check_from_source(
     store: Store,
+    evaluation_id: str,
     body: Mapping[str, Any],
     out: dict[str, Any],
     sources: Sequence[str | os.PathLike[str]],
 ) -> None:
     out["method"] = "source"
     reasons: list[str] = out["reasons"]
-    main = _today_sources(body, sources, out)
+    main = _today_sources(store, evaluation_id, body, sources, out)
     deps = recorded_deps(store, body.get("code"))
     search = ([os.path.dirname(main.origin)] if main is not None else []) + python_path()
     checked = check_dependencies(deps, main, search)

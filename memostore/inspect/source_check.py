@@ -6,7 +6,11 @@ would run the user's whole program. Instead, each recorded dependency's
 source (kept in the evaluation's code document) is compared with the
 definition of the same name in today's text of the script or notebook, and of
 the user's modules beside it: files are read and parsed, never executed, and
-never put on ``sys.path``.
+never put on ``sys.path``. A file is read through :func:`read_named_file`
+only: a regular file, at most :data:`NAMED_FILE_MAX` bytes, never more of it
+(a path a pulled record names may point at anything), and
+:func:`named_files_refusal` says whether an evaluation's recorded paths
+are followed at all: only when it was made in this store.
 
 Comparisons reuse the code scanner's normalisation
 (:func:`memostore.code.source.normalised_dump`: no comments, docstrings,
@@ -20,23 +24,76 @@ without running the code, and is reported as such.
 from __future__ import annotations
 
 import ast
+import errno
 import importlib.machinery
 import json
-import linecache
 import os
+import stat
 import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..code.source import SourceFile, normalised_dump, source_file
+from ..code.source import SourceFile, normalised_dump, parse_lines
+from ..trust.origins import origins_of
+
+if TYPE_CHECKING:
+    from ..odb.store import Store
 
 MAIN = "__main__"
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _SCOPES = (*_DEFS, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # argv[0] of a Jupyter kernel (``python -m ipykernel_launcher`` gives the module's file).
 _KERNEL_LAUNCHERS = ("ipykernel_launcher.py", "colab_kernel_launcher.py")
+# A script or notebook bigger than this is not read: source is not this big, and a
+# record's path may name a 600 MB file (a sparse one costs its writer nothing).
+NAMED_FILE_MAX = 8 << 20
+
+
+def read_named_file(path: str | os.PathLike[str], limit: int = NAMED_FILE_MAX) -> bytes:
+    """The bytes of a file a record or the user names: a regular file of at most *limit* bytes.
+
+    Never reads more than *limit* + 1 bytes, whatever the file's size says, and
+    never blocks on a FIFO.
+
+    Raises:
+        OSError: the file cannot be opened, or is not a regular file.
+        ValueError: it holds more than *limit* bytes.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} holds more than {limit >> 20} MiB: not read as source")
+    return data
+
+
+def named_files_refusal(store: Store, evaluation_id: str) -> str | None:
+    """Why the files an evaluation's record names are not read; None when they may be.
+
+    Only an evaluation made in this store: one that arrived by a pull or an
+    auto-fetch (:mod:`memostore.trust.origins`) was written by someone else,
+    and the paths it records (its script, its working directory) are theirs.
+    """
+    sources = origins_of(store.objects, evaluation_id)
+    if not sources:
+        return None
+    where = ", ".join(sorted(s.name or s.url for s in sources))
+    return (
+        f"it was pulled (from {where}): the files its record names are not read; "
+        "pass today's source with --source PATH"
+    )
+
+
+def _parsed(origin: str) -> SourceFile:
+    text = read_named_file(origin).decode("utf-8", "replace")
+    parsed = parse_lines(origin, text.splitlines(keepends=True))
+    if parsed is None:
+        raise ValueError(f"{origin} does not parse as Python")
+    return parsed
 
 
 @dataclass
@@ -63,21 +120,15 @@ def read_source(path: str | os.PathLike[str]) -> TodaySource:
     origin = str(Path(path).resolve())
     if origin.endswith(".ipynb"):
         return _read_notebook(origin)
-    with open(origin, "rb"):
-        pass  # an unreadable file raises here, with its name
-    linecache.checkcache(origin)  # the file may have changed since linecache read it
-    parsed = source_file(origin)
-    if parsed is None:
-        raise ValueError(f"{origin} does not parse as Python")
-    return TodaySource(origin, [parsed])
+    return TodaySource(origin, [_parsed(origin)])
 
 
 def _read_notebook(origin: str) -> TodaySource:
-    with open(origin, encoding="utf-8") as f:
-        try:
-            notebook = json.load(f)
-        except ValueError as exc:
-            raise ValueError(f"{origin} is not a notebook (JSON): {exc}") from None
+    data = read_named_file(origin)
+    try:
+        notebook = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"{origin} is not a notebook (JSON): {exc}") from None
     out = TodaySource(origin)
     cells = notebook.get("cells") if isinstance(notebook, dict) else None
     for i, cell in enumerate(cells if isinstance(cells, list) else []):
@@ -92,10 +143,7 @@ def _read_notebook(origin: str) -> TodaySource:
         ]
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
-        name = f"<notebook {origin} cell {i + 1}>"
-        # linecache holds cell text as IPython does, so the scanner's parser reads it.
-        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
-        parsed = source_file(name)
+        parsed = parse_lines(f"<notebook {origin} cell {i + 1}>", lines)
         if parsed is not None:
             out.files.append(parsed)
     return out
@@ -181,9 +229,10 @@ class _Files:
             if file is None:
                 found = ([], f"module {module} is not found beside the script or on sys.path")
             else:
-                linecache.checkcache(file)
-                parsed = source_file(file)
-                found = ([parsed], None) if parsed is not None else ([], f"{file} does not parse")
+                try:
+                    found = ([_parsed(file)], None)
+                except (OSError, ValueError) as exc:
+                    found = ([], str(exc))
             self._modules[module] = found
         return found
 

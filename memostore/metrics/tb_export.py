@@ -38,6 +38,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
+from ..odb.inside import join_beneath
 from . import tb_hparams, tb_media
 from .read import load_events, load_manifest, load_series
 from .runs import export_plan, safe_dir
@@ -92,7 +93,7 @@ def run_dirs(names: dict[str, str], functions: dict[str, str]) -> dict[str, str]
     out: dict[str, str] = {}
     for evaluation_id, name in names.items():
         parts = [p.strip("_") for p in safe_dir(name.replace(" ", "_")).split("/")]
-        where = "/".join(p for p in parts if p)
+        where = "/".join(p for p in parts if p not in ("", ".", ".."))
         if not where:
             short = re.sub(r"[^A-Za-z0-9._-]+", "_", functions[evaluation_id]).strip("._")
             where = f"{short or 'evaluation'}-{evaluation_id[:12]}"
@@ -133,8 +134,10 @@ def export_tensorboard(
     ]
     where = run_dirs(display_names(records), {e.id: e.function for e in evaluations})
     out: list[Path] = []
+    # Every directory is checked before anything is written: a refused name writes nothing.
+    targets = {e.id: join_beneath(logdir, where[e.id]) for e in evaluations}
     for evaluation in evaluations:
-        run_dir = Path(logdir) / where[evaluation.id]
+        run_dir = targets[evaluation.id]
         _write_runs(p, store, evaluation, run_dir)
         out.append(run_dir)
     return out
@@ -148,14 +151,14 @@ def _write_runs(p: SimpleNamespace, store: Store, evaluation: Any, run_dir: Path
     # As torch's writer: each add_hparams call is a session of its own run, and only
     # those; an evaluation without any is a session of its main run.
     called = any(sessions for _, _, sessions in plan)
+    wheres = {sub: join_beneath(run_dir, sub) if sub else run_dir for sub, _, _ in plan}
     for sub, names, sessions in plan:
         first: list[tuple[float, Any]] = []
         if not sub and not called:
             first = tb_hparams.evaluation_events(p, store, evaluation, started, names)
         for session in sessions:
             first.extend(tb_hparams.session_events(p, session))
-        where = run_dir / sub if sub else run_dir
-        _write_one(p, store, evaluation, body.get("tags", {}), where, names, first, started)
+        _write_one(p, store, evaluation, body.get("tags", {}), wheres[sub], names, first, started)
 
 
 def _write_one(

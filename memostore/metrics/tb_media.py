@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..odb.inside import join_beneath
 from . import media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG
 
@@ -207,7 +208,7 @@ def write_projector(
     config = m.projector.ProjectorConfig()
     for tag, point in embeddings:
         subdir = media_encode.embedding_subdir(point["step"], tag)
-        folder = run_dir / subdir
+        folder = join_beneath(run_dir, subdir)  # the tag is a stored name
         folder.mkdir(parents=True, exist_ok=True)
         matrix = np.frombuffer(store.objects.get_bytes(point["blob"]), dtype=point["layout"])
         matrix = matrix.reshape(point["shape"])

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 
 from ..errors import DecodeError, ObjectNotFound
 from .filecopy import copy_fd
+from .inside import join_beneath
 from .objects import is_object_id, new_hasher
 
 CHECKOUTS_DIRNAME = "checkouts"
@@ -203,16 +204,17 @@ def ensure_checkout(
         if type(entry.executable) is not bool:
             raise DecodeError(f"{what} {name!r}: entry {entry.relpath!r} has a bad mode")
     root = checkout_root(objects, key)
-    if intact(root, name, is_dir, rels):
-        return root / name
-    try:
-        _lay_out(objects, root, what, name, is_dir, list(zip(rels, entries, strict=True)))
-    except OSError as exc:
-        raise DecodeError(
-            f"cannot lay out the files of {what} {name!r} under {root.parent}: "
-            f"{exc.strerror or exc}"
-        ) from exc
-    return root / name
+    if not intact(root, name, is_dir, rels):
+        try:
+            _lay_out(objects, root, what, name, is_dir, list(zip(rels, entries, strict=True)))
+        except OSError as exc:
+            raise DecodeError(
+                f"cannot lay out the files of {what} {name!r} under {root.parent}: "
+                f"{exc.strerror or exc}"
+            ) from exc
+    # The name is the stored value's: where the path handed out ends is checked, once
+    # a link planted there has been replaced by the laid-out tree.
+    return join_beneath(root, name)
 
 
 # -- checking ----------------------------------------------------------------------------------

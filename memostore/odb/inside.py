@@ -16,6 +16,10 @@ per process (:class:`CheckedDirs`): later reads cost a set lookup. A
 directory replaced by a link while a process runs is therefore caught by the
 next process, and by fsck; a file-level link is refused on every read
 (``O_NOFOLLOW``).
+
+Paths that a stored record names (an export's run directories, a snapshot's
+files) are joined under their root by :func:`join_beneath`, the one place that
+checks where such a path ends up.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import stat
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import MemostoreError
@@ -41,6 +46,46 @@ class LinkedStorePath(MemostoreError):
     def __init__(self, path: str, message: str = "") -> None:
         self.path = path
         super().__init__(message or refusal(path))
+
+
+class OutsideRoot(MemostoreError, ValueError):
+    """A path built from stored names would end outside the directory it belongs in.
+
+    Attributes:
+        root: the directory.
+        name: the relative path the record named.
+        final: where it would have ended.
+    """
+
+    def __init__(self, root: str, name: str, final: str) -> None:
+        self.root, self.name, self.final = root, name, final
+        super().__init__(
+            f"refused to use {name!r} under {root}: it ends at {final}, not below it "
+            "(stored names can come from whoever wrote a pulled store); nothing was written "
+            "there: check where the record came from (`memostore show`)"
+        )
+
+
+def join_beneath(root: str | os.PathLike[str], name: str) -> Path:
+    """*root*/*name*, where *name* is a relative path that a stored record chose.
+
+    The check is made on the final path, after every transformation a name
+    went through before it got here (sanitising, stripping, percent-encoding)
+    and that the file system applies (``..``, the symbolic links of the
+    parents that exist): the resolved path must lie strictly below the
+    resolved root. A check of the name's parts alone misses what a later
+    transformation makes of them (``_.._`` stripped of its ``_`` is ``..``).
+    A link planted after the check is outside this: writes below a checkout go
+    through directory descriptors for that (:mod:`.checkouts`).
+
+    Raises:
+        OutsideRoot: the path would be the root itself or outside it.
+    """
+    base = os.path.realpath(root)
+    final = os.path.realpath(os.path.join(base, name))
+    if final == base or os.path.commonpath([base, final]) != base:
+        raise OutsideRoot(os.fspath(root), name, final)
+    return Path(root) / name
 
 
 def refusal(path: str, what: str = "") -> str:

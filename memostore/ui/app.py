@@ -1,9 +1,12 @@
 """The dashboard's web application: routes, static files and the server.
 
-Every route is a GET that reads; none writes to the store. Request
-parameters never become file paths: ids are checked to be hex digests and
-passed to the store's API, tags are looked up in logs manifests, and the
-static files are a fixed table of names.
+Every route is a GET that reads; none writes to the store. Every request
+needs the server's token and comes from its own pages (:mod:`.guard`).
+Request parameters never become file paths: ids are checked to be hex
+digests and passed to the store's API, tags are looked up in logs manifests,
+and the static files are a fixed table of names. Sizes a request asks for
+(buckets, rows, ids, depth) are clamped: no request does work in proportion
+to a number its sender chose.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from starlette.routing import Route
 from ..errors import MemostoreError
 from .charts import Charts
 from .empty import empty_page
+from .guard import TokenGuard
 from .queries import FIRST_PAGE, BadRequest, Catalog, check_id
 
 if TYPE_CHECKING:
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
 
 STATIC = Path(__file__).resolve().parent / "static"
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+# Runs one request may name (the page asks in batches: a URL holds about 150 ids).
+MAX_RUNS = 500
 
 
 def _plotly_js() -> Path:
@@ -119,8 +125,9 @@ def allowed_hosts(host: str) -> list[str]:
     return sorted({host, f"[{host}]" if ":" in host else host, *local})
 
 
-def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
-    """The dashboard over *store*, answering requests addressed to *host* (or localhost).
+def create_app(store: Store | Path, host: str, token: str) -> Starlette:
+    """The dashboard over *store*, answering requests addressed to *host* (or localhost)
+    that carry *token* (see :mod:`.guard`).
 
     *store* may be the path of a store not made yet: the dashboard then shows
     how to log a first run there, and the store once it appears.
@@ -155,7 +162,11 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
         return FileResponse(path, media_type=_TYPES.get(path.suffix, "application/octet-stream"))
 
     def ids_of(params: Any) -> list[str]:
-        return [check_id(i) for i in params.get("ids", "").split(",") if i]
+        # Once each, and a bounded number: the work is per run named.
+        ids = list(dict.fromkeys(check_id(i) for i in params.get("ids", "").split(",") if i))
+        if len(ids) > MAX_RUNS:
+            raise BadRequest(f"at most {MAX_RUNS} runs per request; ask in batches")
+        return ids
 
     def runs(request: Request) -> Any:
         limit = request.query_params.get("limit")
@@ -173,8 +184,7 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
     def sessions(request: Request) -> Any:
         from .hparams import hparams_sessions
 
-        ids = [i for i in request.query_params.get("ids", "").split(",") if i]
-        return hparams_sessions(catalog, ids)
+        return hparams_sessions(catalog, ids_of(request.query_params))
 
     def chart(request: Request) -> Any:
         params = request.query_params
@@ -286,5 +296,8 @@ def create_app(store: Store | Path, host: str = "127.0.0.1") -> Starlette:
         Route("/api/why/{id}", _answer(why)),
         Route("/api/lineage", _answer(lineage)),
     ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host))]
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(host)),
+        Middleware(TokenGuard, token=token),
+    ]
     return Starlette(routes=routes, middleware=middleware)

@@ -240,9 +240,11 @@ def why_miss_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
 
     The dashboard runs no code: a module function is checked against its
     module's source file (found from the recorded working directory, read, not
-    imported), as ``memostore diff REV --source FILE`` checks it.
+    imported), as ``memostore diff REV --source FILE`` checks it. A pulled
+    evaluation's recorded paths are not followed (its writer chose them).
     """
     from ..inspect.miss_check import why_miss
+    from ..inspect.source_check import named_files_refusal
 
     if _is_run(identifier):
         raise BadRequest("a running evaluation has no record to check yet")
@@ -253,7 +255,10 @@ def why_miss_page(catalog: Catalog, identifier: str) -> dict[str, Any]:
     function = str(body.get("function") or "")
     module = function.partition(":")[0]
     sources: list[str] = []
-    if module not in ("__main__", "run", ""):
+    if (
+        module not in ("__main__", "run", "")
+        and named_files_refusal(catalog.store, identifier) is None
+    ):
         found = _module_file(module, (body.get("provenance") or {}).get("cwd"))
         if found is None:
             return {

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING
 
+from .guard import PARAMETER, new_token
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -25,11 +27,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_of(sock: socket.socket, host: str) -> str:
-    """The URL a browser opens for a socket bound by :func:`bind`."""
+def url_of(sock: socket.socket, host: str, token: str) -> str:
+    """The URL a browser opens for a socket bound by :func:`bind`, with the server's token."""
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return f"http://{shown}:{port}/?{PARAMETER}={token}"
 
 
 def serve(store: Store | Path, host: str = "127.0.0.1", port: int = 8765) -> None:
@@ -39,16 +41,20 @@ def serve(store: Store | Path, host: str = "127.0.0.1", port: int = 8765) -> Non
 
     The socket listens before the URL is printed and before the web framework
     is imported: a client that reads the line can connect at once, and its
-    first request is answered as soon as the application has loaded.
+    first request is answered as soon as the application has loaded. The URL
+    carries the server's token, made anew each time (:mod:`.guard`).
     """
+    token = new_token()
     sock = bind(host, port)
     try:
-        print(url_of(sock, host), flush=True)
+        print(url_of(sock, host, token), flush=True)
         import uvicorn
 
         from .app import create_app
 
-        config = uvicorn.Config(create_app(store, host), log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            create_app(store, host, token), log_level="warning", access_log=False
+        )
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
