@@ -283,5 +283,6 @@ def test_runs_page_views_as_tensorboard_users_expect(tmp_path: Path) -> None:
         _run(script, store, "4")
         wait_for(lambda: len(_rows(driver)) == 4, 30)
         new = next(r["id"] for r in get_json(url + "api/runs")[1]["rows"] if r["name"] == "seed4")
-        assert _js(driver, "return ms.table.selected.has(arguments[0])", new)
+        # Listed first, then selected when the listing is read: wait for both.
+        wait_for(lambda: _js(driver, "return ms.table.selected.has(arguments[0])", new), 30)
         wait_for(lambda: chart.get_attribute("data-series") == "4")
