@@ -1,0 +1,82 @@
+"""Signatures across push and pull: ``sigs/<evaluation id>`` on the remote as in a store.
+
+- A push signs each evaluation it sends that this store wrote and nobody
+  signed yet (one recorded before signing existed, or while no key could be
+  had), then sends the signature files the remote lacks, before any ref names
+  their evaluations. One listing of the remote's ``sigs/`` finds those.
+- A pull (and an auto-fetch) reads the signature file of each evaluation it
+  brings, and of each it holds from elsewhere unsigned, and keeps only the
+  lines that verify (:func:`memostore.trust.signers.add_verified`).
+
+A remote's writer can delete or spoil a signature file (a miss: denial of
+service), never make one verify for a key it does not hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from ..errors import MemostoreError
+from ..odb.signatures import MAX_BYTES, SIGS_DIR, signature_name, split_lines
+from ..trust import signers
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
+    from ..odb.store import Store
+    from ..transport import Transport
+
+
+def _is_evaluation(store: Store, object_id: str) -> bool:
+    try:
+        store.evaluation(object_id)
+    except MemostoreError:
+        return False
+    return True
+
+
+def _signed_lines(store: Store, evaluation_id: str) -> list[bytes]:
+    """The evaluation's signature lines, signing it first when it is this store's and unsigned."""
+    lines = store.signatures.lines(evaluation_id)
+    if lines or not _is_evaluation(store, evaluation_id):
+        return lines
+    if signers.verdict(store, evaluation_id).local:
+        signers.sign(store, evaluation_id)
+    return store.signatures.lines(evaluation_id)
+
+
+def send(store: Store, transport: Transport, ids: Iterable[str], pool: Executor) -> None:
+    """Before a push sets its refs: send the signatures of the evaluations *ids* name.
+
+    Raises:
+        BadKey: an unsigned evaluation of this store needs a key that cannot be had.
+    """
+    wanted = sorted(set(ids))
+    if not wanted:
+        return
+    there = {name[len(SIGS_DIR) + 1 :] for name in transport.list(SIGS_DIR + "/")}
+    missing = [i for i in wanted if i not in there]
+    found = pool.map(lambda i: _signed_lines(store, i), missing)
+    for evaluation_id, lines in zip(missing, found, strict=True):
+        if lines:
+            data = b"".join(line + b"\n" for line in lines)
+            transport.add_if_new(signature_name(evaluation_id), data)
+
+
+def fetch(store: Store, transport: Transport, ids: Iterable[str], pool: Executor) -> None:
+    """After a pull stored *ids*' objects, before its refs: bring their signatures."""
+    from ..transport import NotFoundOnRemote, RemoteObjectTooLarge, UnsafeRemotePath
+
+    def one(evaluation_id: str) -> None:
+        with contextlib.suppress(NotFoundOnRemote, RemoteObjectTooLarge, UnsafeRemotePath):
+            data = transport.get_bytes_at_most(signature_name(evaluation_id), MAX_BYTES)
+            signers.add_verified(store, evaluation_id, split_lines(data))
+
+    list(pool.map(one, sorted(set(ids))))
+
+
+def unsigned_from_elsewhere(store: Store, ids: Iterable[str]) -> list[str]:
+    """Those of *ids* held here from a remote without a signature (a pull may bring one)."""
+    return [i for i in ids if not store.signatures.lines(i) and not signers.verdict(store, i).local]
