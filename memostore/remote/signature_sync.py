@@ -5,8 +5,8 @@
   had), then sends the signature files the remote lacks, before any ref names
   their evaluations. One listing of the remote's ``sigs/`` finds those.
 - A pull (and an auto-fetch) reads the signature file of each evaluation it
-  brings, and of each it holds from elsewhere unsigned, and keeps only the
-  lines that verify (:func:`memostore.trust.signers.add_verified`).
+  brings, and of each it holds from elsewhere unsigned; a hit verifies them
+  (:func:`memostore.trust.signers.verdict`).
 
 A remote's writer can delete or spoil a signature file (a miss: denial of
 service), never make one verify for a key it does not hold.
@@ -72,7 +72,7 @@ def fetch(store: Store, transport: Transport, ids: Iterable[str], pool: Executor
     def one(evaluation_id: str) -> None:
         with contextlib.suppress(NotFoundOnRemote, RemoteObjectTooLarge, UnsafeRemotePath):
             data = transport.get_bytes_at_most(signature_name(evaluation_id), MAX_BYTES)
-            signers.add_verified(store, evaluation_id, split_lines(data))
+            signers.add_received(store, evaluation_id, split_lines(data))
 
     list(pool.map(one, sorted(set(ids))))
 

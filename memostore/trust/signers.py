@@ -165,20 +165,15 @@ def sign(store: Store, evaluation_id: str) -> bool:
     return added
 
 
-def add_verified(store: Store, evaluation_id: str, lines: list[bytes]) -> int:
-    """Store those of *lines* that are signatures of *evaluation_id* that verify.
+def add_received(store: Store, evaluation_id: str, lines: list[bytes]) -> None:
+    """Store those of *lines* (from a remote) that are signature lines at all.
 
-    What a remote sends is kept only when it verifies, so a pull never stores a
-    forged line; returns how many were kept.
+    They are verified when a hit needs them (:func:`verdict`); one that does not
+    verify is kept so that the miss can say so rather than "unsigned".
     """
-    good = []
-    for line in lines:
-        signature = parse_signature(line)
-        if signature is not None and signature.public.verifies(signature.signature, evaluation_id):
-            good.append(line)
-    if good and store.signatures.add(evaluation_id, good):
+    parsed = [line for line in lines if parse_signature(line) is not None]
+    if parsed and store.signatures.add(evaluation_id, parsed):
         forget_verdict(store, evaluation_id)
-    return len(good)
 
 
 # -- the allowed signers file -------------------------------------------------------------------
