@@ -14,6 +14,7 @@ from memostore_cli.main import cli
 
 from memostore import MemostoreWarning, Store, memo
 from memostore.lifecycle.maintenance import gc
+from memostore.lifecycle.remote_gc import gc_remote
 from memostore.odb.fsck import fsck
 from memostore.odb.signatures import signature_name
 from memostore.remote import push
@@ -141,6 +142,23 @@ def test_gc_keeps_the_signatures_of_kept_evaluations_only(store_dir: Path) -> No
     assert not store.objects.contains(gone)
     assert sorted(store.signatures.ids()) == sorted(v for k, v in refs.items() if k != gone_ref)
     assert not fsck(store).problems
+
+
+def test_gc_of_a_remote_drops_the_signatures_of_what_it_deleted(
+    tmp_path: Path, store_dir: Path
+) -> None:
+    square(9)
+    square(10)
+    store = Store(store_dir)
+    remote = str(tmp_path / "remote")
+    push(store, remote)
+    refs = dict(store.refs.iter("evals/"))
+    gone_ref, gone = sorted(refs.items())[0]
+    with open_transport(remote) as transport:
+        assert transport.delete_if_equals("refs/" + gone_ref, (gone + "\n").encode())
+        gc_remote(store, transport, grace_s=0)
+        left = {name.split("/")[1] for name in transport.list("sigs/")}
+    assert left == {v for k, v in refs.items() if k != gone_ref}
 
 
 # -- memostore trust ---------------------------------------------------------------------------

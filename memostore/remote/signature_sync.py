@@ -80,3 +80,17 @@ def fetch(store: Store, transport: Transport, ids: Iterable[str], pool: Executor
 def unsigned_from_elsewhere(store: Store, ids: Iterable[str]) -> list[str]:
     """Those of *ids* held here from a remote without a signature (a pull may bring one)."""
     return [i for i in ids if not store.signatures.lines(i) and not signers.verdict(store, i).local]
+
+
+def prune(transport: Transport, deleted: Iterable[str], pool: Executor) -> None:
+    """After a remote gc: delete the signature files of evaluations it deleted.
+
+    Only of those still absent: gc's repair may have sent one back for a ref a
+    push published meanwhile, and that push's signature stays.
+    """
+    from .walk import object_name
+
+    gone = set(deleted)
+    listed = [name for name in transport.list(SIGS_DIR + "/") if name[len(SIGS_DIR) + 1 :] in gone]
+    absent = [n for n in listed if transport.stat(object_name(n[len(SIGS_DIR) + 1 :])) is None]
+    list(pool.map(transport.delete, absent))
