@@ -2,8 +2,8 @@
 
 - A push signs each evaluation it sends that this store wrote and nobody
   signed yet (one recorded before signing existed, or while no key could be
-  had), then sends the signature files the remote lacks, before any ref names
-  their evaluations. One listing of the remote's ``sigs/`` finds those.
+  had), and sends the signature file of each evaluation it sets a ref to, or
+  signed just now, before any ref names it.
 - A pull (and an auto-fetch) reads the signature file of each evaluation it
   brings, and of each it holds from elsewhere unsigned; a hit verifies them
   (:func:`memostore.trust.signers.verdict`).
@@ -37,29 +37,35 @@ def _is_evaluation(store: Store, object_id: str) -> bool:
     return True
 
 
-def _signed_lines(store: Store, evaluation_id: str) -> list[bytes]:
-    """The evaluation's signature lines, signing it first when it is this store's and unsigned."""
+def _to_send(store: Store, evaluation_id: str, new: bool) -> list[bytes]:
+    """The signature lines a push sends for *evaluation_id* (empty: nothing to send).
+
+    One whose ref the remote already holds (*new* False) was sent with that ref,
+    unless it was stored unsigned: it is signed now, once, and sent.
+    """
     lines = store.signatures.lines(evaluation_id)
-    if lines or not _is_evaluation(store, evaluation_id):
-        return lines
+    if lines:
+        return lines if new else []
+    if not _is_evaluation(store, evaluation_id):
+        return []
     if signers.verdict(store, evaluation_id).local:
         signers.sign(store, evaluation_id)
     return store.signatures.lines(evaluation_id)
 
 
-def send(store: Store, transport: Transport, ids: Iterable[str], pool: Executor) -> None:
-    """Before a push sets its refs: send the signatures of the evaluations *ids* name.
+def send(store: Store, transport: Transport, refs: dict[str, bool], pool: Executor) -> None:
+    """Before a push sets its refs: send the signatures of the evaluations they name.
+
+    *refs* maps each evaluation id to whether this push sets a ref to it (else
+    the remote holds that ref already). No listing, no read: one write per
+    signature sent, and none for a push that changes nothing.
 
     Raises:
         BadKey: an unsigned evaluation of this store needs a key that cannot be had.
     """
-    wanted = sorted(set(ids))
-    if not wanted:
-        return
-    there = {name[len(SIGS_DIR) + 1 :] for name in transport.list(SIGS_DIR + "/")}
-    missing = [i for i in wanted if i not in there]
-    found = pool.map(lambda i: _signed_lines(store, i), missing)
-    for evaluation_id, lines in zip(missing, found, strict=True):
+    ids = sorted(refs)
+    found = pool.map(lambda i: _to_send(store, i, refs[i]), ids)
+    for evaluation_id, lines in zip(ids, found, strict=True):
         if lines:
             data = b"".join(line + b"\n" for line in lines)
             transport.add_if_new(signature_name(evaluation_id), data)

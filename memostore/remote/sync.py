@@ -306,9 +306,9 @@ def push_refs(
         progress.finish()
     # Signatures before refs: a remote ref never names an evaluation whose signature
     # has not arrived (push signs what this store made and nobody signed yet).
-    signature_sync.send(
-        store, transport, [selected[n] for n in names if n not in report.skipped], pool
-    )
+    sent = {selected[n]: n in to_update for n in names if n not in report.skipped}
+    sent.update({v: True for v in to_update.values()})
+    signature_sync.send(store, transport, sent, pool)
     outcomes = _parallel(
         pool,
         lambda n: _push_ref(transport, n, raws[n], to_update[n], force),
