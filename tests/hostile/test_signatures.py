@@ -20,6 +20,7 @@ from memostore_cli.main import cli
 
 import memostore
 from memostore import Store, memo
+from memostore.inspect.miss_check import why_miss
 from memostore.odb.fsck import fsck
 from memostore.odb.signatures import signature_name
 from memostore.remote import add_remote, pull, push
@@ -169,6 +170,9 @@ def test_an_unknown_signer_misses_with_the_reason(
     line = _miss_line(err)
     assert f"computed by {alice.fingerprint}, not a signer you trust: memostore trust add" in line
     assert "MemostoreWarning" in err and alice.fingerprint in err
+    explained = why_miss(store, pushed)  # `memostore diff REV`: would a call hit?
+    assert explained["verdict"] == "miss"
+    assert any(f"computed by {alice.fingerprint}" in r for r in explained["reasons"])
     _intact(store, pushed)
     shown = CliRunner().invoke(cli, ["--store", str(bob.store_path), "show", pushed[:12]])
     assert f"{alice.fingerprint} (not trusted)" in shown.output, shown.output
