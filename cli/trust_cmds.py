@@ -31,15 +31,15 @@ def trust_group() -> None:
 
 def _key_text(words: tuple[str, ...]) -> str:
     """KEY as given: the words of an 'ssh-ed25519 AAAA...' line, or a .pub file's path."""
-    if len(words) == 1 and not words[0].startswith("ssh-"):
-        path = Path(words[0]).expanduser()
-        if not path.is_file():
-            raise MemostoreError(
-                f"{words[0]!r} is neither a public key nor a file; give the signer's "
-                "'ssh-ed25519 AAAA...' line (quoted) or the path of their .pub file"
-            )
+    path = Path(words[0]).expanduser()
+    if len(words) == 1 and path.is_file():
         with open(path, "rb") as f:
             return f.read(_PUB_MAX_BYTES).decode("utf-8", errors="replace")
+    if len(words) == 1 and not words[0].startswith("ssh-"):
+        raise MemostoreError(
+            f"{words[0]!r} is neither a public key nor a file; give the signer's "
+            "'ssh-ed25519 AAAA...' line (quoted) or the path of their .pub file"
+        )
     return " ".join(words)
 
 

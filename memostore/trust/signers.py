@@ -12,9 +12,11 @@ The allowed signers are the file ``allowed_signers`` at the store's root, in
 git's ``gpg.ssh.allowedSignersFile`` format: one ``principal ssh-ed25519
 AAAA...`` a line, ``#`` comments. ``memostore trust add/list/rm`` edit it.
 
-The verdict on an evaluation is kept per process (its signature is verified
-once); only whether its signer is still allowed is looked up again, from the
-file, re-read when it changes.
+The verdict on an evaluation that can be served is kept per process (its
+signature is verified once); only whether its signer is still allowed is
+looked up again, from the file, re-read when it changes. A refusal is not
+kept: a miss costs a computation anyway, and a signature that arrives later
+is then seen at once.
 """
 
 from __future__ import annotations
@@ -84,10 +86,13 @@ def verdict(store: Store, evaluation_id: str) -> Verdict:
     found = Verdict(
         not sources, signer, None if signer else bad, tuple(sorted(s.url for s in sources))
     )
-    with _lock:
-        if len(_verdicts) >= _VERDICTS_MAX:
-            _verdicts.clear()
-        _verdicts[key] = found
+    if found.local or found.signer is not None:
+        # Only what can serve a hit is kept: a signature a later pull brings, in
+        # another process, is seen at this process's next call.
+        with _lock:
+            if len(_verdicts) >= _VERDICTS_MAX:
+                _verdicts.clear()
+            _verdicts[key] = found
     return found
 
 

@@ -251,3 +251,26 @@ def test_auto_fetch_serves_only_allowed_signers(
     )
     result, out, err = _call(bob, capfd)
     assert result == [3, 9] and "COMPUTED" not in out, err
+
+
+def test_a_signature_pulled_later_makes_a_pulled_result_serve(
+    people: dict[str, Person], remote: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A remote whose signature file went missing, then came back: a second pull of the
+    same ref brings it, and the same process now serves the result."""
+    alice, bob = people["alice"], people["bob"]
+    pushed = _alice_pushes(alice, remote, capfd)
+    with open_transport(remote) as transport:
+        signature = transport.get_bytes(signature_name(pushed))
+        transport.delete(signature_name(pushed))
+    store = _bob_pulls(bob, remote)
+    CliRunner().invoke(
+        cli, ["--store", str(bob.store_path), "trust", "add", "alice", alice.public_line]
+    )
+    assert "unsigned" in str(why_miss(store, pushed)["reasons"])
+    with open_transport(remote) as transport:
+        transport.put_bytes(signature_name(pushed), signature)
+    report = pull(store, "team")
+    assert report.refs_unchanged == 1 and store.signatures.lines(pushed)
+    result, out, err = _call(bob, capfd)
+    assert result == [3, 9] and "COMPUTED" not in out, err
