@@ -60,8 +60,18 @@ def config_dir() -> Path:
     if env:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    base = Path(xdg).expanduser() if xdg else _home() / ".config"
     return base / "memostore"
+
+
+def _home() -> Path:
+    try:
+        return Path.home()
+    except RuntimeError:  # no $HOME and no password entry (some containers)
+        raise BadKey(
+            f"cannot find your home directory; set {ENV_CONFIG_DIR} to a directory for "
+            f"your signing key, or {ENV_SIGNING_KEY} to an ed25519 key"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,7 @@ def signing_key(*, create: bool = True) -> SigningKey | None:
     own = config_dir() / KEY_FILE
     found = _load_private(own, required=False) if own.exists() else None
     if found is None and not own.exists():
-        found = _load_private(Path.home() / ".ssh" / "id_ed25519", required=False)
+        found = _load_private(_home() / ".ssh" / "id_ed25519", required=False)
     if found is not None or not create:
         return found
     return _make_key(own)
