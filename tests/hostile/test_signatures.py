@@ -165,6 +165,7 @@ def test_an_unknown_signer_misses_with_the_reason(
     alice, bob = people["alice"], people["bob"]
     pushed = _alice_pushes(alice, remote, capfd)
     store = _bob_pulls(bob, remote)
+    assert triple.lookup(3) is None  # nor does its result leave through lookup()
     result, out, err = _call(bob, capfd)
     assert result == [3, 9] and "COMPUTED" in out
     line = _miss_line(err)
