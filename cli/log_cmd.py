@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from memostore.trust.signers import OWN_PRINCIPAL
+
 from .output import (
     STATUS_STYLE,
     Output,
@@ -330,6 +332,16 @@ def _use_text(record: dict[str, Any], table: bool = False) -> list[str]:
     return [f"used {age(moment)}", f"{hits} hit" + ("" if hits == 1 else "s")]
 
 
+def _signer_cell(record: dict[str, Any]) -> str:
+    """``by NAME`` (or fingerprint) when someone else signed the evaluation, else ""."""
+    signer = record.get("signer")
+    if not signer or signer.get("principal") == OWN_PRINCIPAL:
+        return ""
+    if not signer.get("verified"):
+        return "bad signature"
+    return f"by {signer.get('principal') or signer['fingerprint']}"
+
+
 def _print_lines(
     out: Output, records: list[dict[str, Any]], graph: bool, show_use: bool = False
 ) -> None:
@@ -338,6 +350,8 @@ def _print_lines(
     # TensorBoard's run names, in a column of their own when any listed evaluation has one
     # (the others are named by their function and arguments, which the line shows).
     runs = any(r.get("run_name") for r in records)
+    # Who signed, in a column of its own once another signer than you appears.
+    others = any(_signer_cell(r) for r in records)
     rows = [
         [r["id"][:10]]
         + ([r["name"] if r.get("run_name") else ""] if runs else [])
@@ -348,6 +362,7 @@ def _print_lines(
             age(r.get("started")),
             duration(r.get("duration_s")),
         ]
+        + ([_signer_cell(r)] if others else [])
         + (_use_text(r) if show_use else [])
         for r in records
     ]
@@ -365,6 +380,7 @@ def _print_lines(
             out.line(connector.rstrip(), style="yellow")
         status_style = STATUS_STYLE.get(str(record.get("status")), "magenta")
         styles = ["yellow", *(["cyan"] if runs else []), "bold", None, status_style, "dim", "dim"]
+        styles += ["magenta"] if others else []
         styles += ["dim", "cyan"] if show_use else []
         parts: list[tuple[str, str | None]] = [(prefix, "yellow")]
         for i, (cell, style) in enumerate(zip(cells, styles, strict=True)):

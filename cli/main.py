@@ -21,7 +21,14 @@ from memostore.errors import MemostoreError, printable
 from .state import State
 
 # Optional command modules, each exposing ``register(group)``; absent ones are skipped.
-_PLUGIN_MODULES = ("metrics_cmds", "remote_cmds", "ui_cmd", "config_cmds", "lifecycle_cmds")
+_PLUGIN_MODULES = (
+    "metrics_cmds",
+    "remote_cmds",
+    "ui_cmd",
+    "config_cmds",
+    "lifecycle_cmds",
+    "trust_cmds",
+)
 
 
 def one_line(text: str) -> str:

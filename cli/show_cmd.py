@@ -164,7 +164,8 @@ def print_record(out: Output, record: dict[str, Any], state: State, live: Any = 
 
     out.line()
     out.heading("provenance")
-    out.pairs(provenance_rows(record.get("provenance") or {}), indent="  ")
+    rows = provenance_rows(record.get("provenance") or {})
+    out.pairs([("signed by", signer_text(record.get("signer"))), *rows], indent="  ")
 
     for title in ("parents", "children"):
         ids = record.get(title) or []
@@ -239,6 +240,16 @@ def summary_lines(summary: Any, depth: int = 0) -> list[str]:
                 lines += ["  " + line for line in inner[1:]]
             return lines
     return [describe(summary, width=160)]
+
+
+def signer_text(signer: dict[str, Any] | None) -> str:
+    """Who signed an evaluation, as ``show`` and ``log`` print it."""
+    if not signer:
+        return "unsigned"
+    if not signer.get("verified"):
+        return f"{signer['fingerprint']} (signature does not match: not served)"
+    name = signer.get("principal")
+    return f"{name} ({signer['fingerprint']})" if name else f"{signer['fingerprint']} (not trusted)"
 
 
 def provenance_rows(provenance: dict[str, Any]) -> list[tuple[str, str]]:

@@ -6,12 +6,28 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest_s3 import s3_bucket, s3_server  # noqa: F401  (real S3-API server fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def signing_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A config directory of the test session: its signing key, never the user's own.
+
+    Set in ``os.environ`` so that the scripts tests run sign with the same key
+    (a store trusts its own signer); a test that plays a teammate points
+    ``MEMOSTORE_CONFIG_DIR`` elsewhere.
+    """
+    path = tmp_path_factory.mktemp("config")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MEMOSTORE_CONFIG_DIR", str(path))
+        patch.delenv("MEMOSTORE_SIGNING_KEY", raising=False)
+        yield path
 
 
 @pytest.fixture

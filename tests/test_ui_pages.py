@@ -121,6 +121,7 @@ def test_evaluation_api_is_what_show_gives_plus_sources(server: str, seeded: Pat
     expected = json.loads(shown.stdout)
     for field in ("id", "function", "status", "key", "args", "result", "parents", "children"):
         assert page[field] == expected[field], field
+    assert page["signer"] == expected["signer"] and page["signer"]["principal"] == "you"
     assert page["metrics"]["loss"]["count"] == expected["metrics"]["loss"]["count"] == 50
     sources = {d["symbol"]: d["source"] for d in page["code"]["dependencies"]}
     helper = next(s for name, s in sources.items() if name.endswith("helper"))
@@ -142,6 +143,7 @@ def test_evaluation_page_shows_code_media_histograms_text(server: str, tmp_path:
         text = driver.find_element(By.ID, "view").text
         for expected in ("arguments", "result", "provenance", "parents", "trained with lr=0.1"):
             assert expected in text
+        assert "signed by you (SHA256:" in text
         kinds = [
             e.get_attribute("data-kind") for e in driver.find_elements(By.CSS_SELECTOR, ".tag-view")
         ]

@@ -4,9 +4,9 @@ A hit must leave the program as the miss did (``docs/concepts.md``, the hit
 contract). :func:`prepare` reads everything a hit needs and plans every change
 to the caller's objects without making any; only :meth:`Hit.commit` changes
 the program (the caller's arguments and globals, the global RNGs). A stored
-evaluation that cannot be used (its RNG condition does not hold, an effect
-cannot be replayed, an object is missing or damaged) is therefore a miss that
-has changed nothing.
+evaluation that cannot be used (pulled but not signed by an allowed signer, its
+RNG condition does not hold, an effect cannot be replayed, an object is
+missing or damaged) is therefore a miss that has changed nothing.
 
 Which stored evaluation answers a call whose body drew from global RNGs
 (seeded or not, ``@memo(rng=...)``) or read environment variables is decided
@@ -25,6 +25,7 @@ from ..effects.places import RESULT
 from ..effects.relations import Relations
 from ..effects.replay import MISSING, NotReplayable, Planner
 from ..odb.store import Store
+from ..trust import signers
 from ..values.decoding import Decoder
 from ..values.rank_results import decode_result
 
@@ -92,6 +93,10 @@ def prepare(
     """
     if body.get("status") != "ok" or body.get("result") is None:
         raise NotUsable(f"the stored call ended with status {body.get('status')!r}", warn=False)
+    # The one gate of pulled results: before anything of them is decoded or planned.
+    refused = signers.refusal(store, evaluation_id)
+    if refused is not None:
+        raise NotUsable(refused)
     differs = process.environ_differs(body)
     if differs:
         raise NotUsable(

@@ -60,6 +60,7 @@ from ..records.evaluation import (
     key_with,
     scalar_hparams,
 )
+from ..trust import signers
 from ..trust.errors import UntrustedCode
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
@@ -240,11 +241,15 @@ class MemoizedFunction:
         return self._prepare(args, kwargs).key
 
     def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
-        """The stored evaluation for these arguments, or None (the body does not run)."""
+        """The stored evaluation for these arguments, or None (the body does not run).
+
+        None too for one a call would not be served: pulled, and signed by no
+        allowed signer (its result must not reach the program by this door).
+        """
         call = self._prepare(args, kwargs)
         store = open_store(self._store)
         evaluation_id = store.refs.read(self._eval_ref_prefix + call.key)
-        if evaluation_id is None:
+        if evaluation_id is None or signers.refusal(store, evaluation_id) is not None:
             return None
         try:
             return Evaluation.load(store, evaluation_id)

@@ -36,6 +36,7 @@ from ..records.evaluation import (
     summarize,
 )
 from ..records.provenance import provenance
+from ..trust import signers
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, StoreSink
 from ..values.rank_results import decode_result, depends_on_rank, per_rank_doc
@@ -376,6 +377,23 @@ def record_failure(
         )
 
 
+_sign_warned: set[str] = set()
+
+
+def _sign(store: Store, evaluation_id: str) -> None:
+    """Sign a new evaluation; a key that cannot be had warns once and leaves it unsigned.
+
+    Unsigned, it is still served here (it originated here) and ``push`` signs it.
+    """
+    try:
+        signers.sign(store, evaluation_id)
+    except Exception as exc:
+        message = str(exc)
+        if message not in _sign_warned:
+            _sign_warned.add(message)
+            warn(f"evaluations are stored unsigned: {message}")
+
+
 def publish(
     store: Store, fields: dict[str, Any], ctx: context.EvalContext, ref_names: list[str]
 ) -> Doc:
@@ -386,6 +404,7 @@ def publish(
     """
     doc = evaluation_doc(fields, ctx.links)
     store.objects.add_doc(doc)
+    _sign(store, doc.id)
     store.objects.sync()
     for name in ref_names:
         store.refs.set(name, doc.id)

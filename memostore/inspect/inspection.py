@@ -18,6 +18,7 @@ from ..odb.objects import KIND_CODE
 from ..odb.revisions import find_function, listed_evaluations
 from ..odb.tags import tags_naming
 from ..records.names import call_arguments, display_names
+from ..trust.signers import signer_info
 from ..values.summaries import summarize_arguments, summarize_value
 
 if TYPE_CHECKING:
@@ -77,7 +78,10 @@ def log_records(
                 f"no evaluations of a function named {function!r}; "
                 "run `memostore log` to see the recorded functions"
             )
-    return [log_record(e) for e in listed], problems
+    records = [log_record(e) for e in listed]
+    for record in records:
+        record["signer"] = signer_info(store, record["id"])
+    return records, problems
 
 
 def metrics_of(store: Store, logs_id: str | None) -> tuple[dict[str, Any], str | None]:
@@ -214,6 +218,7 @@ def show_record(store: Store, evaluation_id: str, load_codecs: bool = True) -> d
     if metrics_error:
         record["metrics_error"] = metrics_error
     record["provenance"] = dict(body.get("provenance") or {})
+    record["signer"] = signer_info(store, evaluation_id)
     entries = index.load(store)
     record["children"] = children_of(store, evaluation_id, entries)
     record["args_id"] = body.get("args")

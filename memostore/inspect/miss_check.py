@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
+from ..trust.signers import refusal
 from .comparison import code_changes, recorded_deps
 from .source_check import (
     MAIN,
@@ -92,6 +93,10 @@ def why_miss(
     out["notes"] += rng_notes(body.get("rng"))
     if body.get("status") != "ok":
         out["reasons"].append(f"this evaluation did not succeed (status {body.get('status')})")
+        out["verdict"] = "miss"
+    refused = refusal(store, evaluation_id)
+    if refused is not None:
+        out["reasons"].append(f"a hit does not serve it: {refused}")
         out["verdict"] = "miss"
     return out
 

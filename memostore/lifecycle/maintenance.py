@@ -307,6 +307,10 @@ def gc(
     if not dry_run:
         # After the sweep: a record goes only once its object is gone.
         report.origins_rewritten = forget_origins(store, report.deleted, now - grace_s)
+        # A signature is written after its evaluation: one whose evaluation is gone is stale.
+        for evaluation_id in list(store.signatures.ids()):
+            if not objects.contains(evaluation_id):
+                store.signatures.remove(evaluation_id)
         report.packs_merged = _merge_small_packs(store, now - grace_s)
         quarantine = getattr(store.objects, "quarantine_damaged_packs", None)
         report.packs_quarantined = quarantine() if quarantine is not None else 0

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedObject, MemostoreError, ObjectNotFound
 from ..odb.objects import KIND_EVALUATION, Doc, is_object_id
+from ..remote import signature_sync
 from ..remote.sync import check_remote_format, list_remote_refs, parse_ref, read_remote_ref
 from ..remote.transfer import CorruptRemoteObject, read_remote_doc
 from ..remote.walk import checked_links, object_name
@@ -299,6 +300,7 @@ def _run(
         return
     deleted = _delete(transport, pool, garbage, graph, listing, report)
     _repair(store, transport, pool, graph, marked, deleted, kept_refs, report)
+    signature_sync.prune(transport, deleted, pool)
     report.leases_removed, report.markers_removed = remove_leases(transport, leases)
     prune_lease_dirs(transport)
 

@@ -5,7 +5,8 @@ blobs); ``packs`` puts the small blobs of one value in a single file;
 ``object_base`` and ``object_store`` are the disk and memory databases that
 write them once and re-check them on read (``verified`` records what a stat
 has proven); ``refs`` are named pointers updated by compare-and-swap under
-``lockfile``; ``store`` joins objects and refs in one directory. Around them:
+``lockfile``; ``signatures`` keeps the signature lines of evaluations;
+``store`` joins objects, refs and signatures in one directory. Around them:
 the evaluation ``index`` (a cache for listings), ``tags`` (refs that pin
 evaluations) and ``revisions`` (what a user types to name an evaluation: an id
 prefix, a function name, ``NAME~N``, a tag, resolved through the refs as ``git

@@ -15,6 +15,8 @@ Layout of a store directory (``docs/format.md``)::
       leases/           who computes which call right now (single-flight: leases.py)
       checkouts/        copies of restored snapshots and dataset tables (a cache)
       quarantine/       objects that failed their digest check
+      sigs/<evaluation id>   who signed each evaluation (signatures.py)
+      allowed_signers   whose signed evaluations a hit serves (git's format)
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .lockfile import HOST, pid_alive
 from .object_store import BaseObjectStore, DiskObjectStore, MemoryObjectStore
 from .objects import KIND_EVALUATION, Doc, is_object_id
 from .refs import BaseRefContainer, DiskRefContainer, MemoryRefContainer
+from .signatures import SignatureFiles
 
 ENV_STORE_DIR = "MEMOSTORE_DIR"
 STORE_DIRNAME = ".memostore"
@@ -53,6 +56,7 @@ class Store:
             self.root = None
             self.objects: BaseObjectStore = MemoryObjectStore()
             self.refs: BaseRefContainer = MemoryRefContainer()
+            self.signatures = SignatureFiles(None)
             self._config: dict[str, Any] = {}
             return
         root = Path(path).expanduser().absolute()
@@ -66,6 +70,7 @@ class Store:
         self.root = root
         self.objects = DiskObjectStore(root)
         self.refs = DiskRefContainer(root)
+        self.signatures = SignatureFiles(root)
         self._config = {}
 
     @classmethod

@@ -156,11 +156,6 @@ def _with_timeout(fn: Callable[[], T], timeout: float) -> T:
     return box["value"]
 
 
-def auto_fetch_remotes(store: Store) -> list[RemoteConfig]:
-    """The store's remotes with auto-fetch on (cached until ``config.json`` changes)."""
-    return reach.auto_fetch_remotes(store)
-
-
 def reset_state() -> None:
     """Forget cached configs, transports and unreachable remotes (tests)."""
     reach.reset_state()

@@ -46,7 +46,7 @@ from ..transport import (
     UnsafeRemotePath,
 )
 from ..transport.config import RemoteConfig, get_remote, open_remote
-from . import origin_sync
+from . import origin_sync, signature_sync
 from .salvage import Damage
 from .selection import select_refs, target_problem
 from .transfer import (
@@ -304,6 +304,11 @@ def push_refs(
         )
     finally:
         progress.finish()
+    # Signatures before refs: a remote ref never names an evaluation whose signature
+    # has not arrived (push signs what this store made and nobody signed yet).
+    sent = {selected[n]: n in to_update for n in names if n not in report.skipped}
+    sent.update({v: True for v in to_update.values()})
+    signature_sync.send(store, transport, sent, pool)
     outcomes = _parallel(
         pool,
         lambda n: _push_ref(transport, n, raws[n], to_update[n], force),
@@ -448,6 +453,7 @@ def pull_refs(
     """Bring the objects of *wanted* (ref name -> id) into *store*, then set the refs."""
     progress = progress or TransferProgress()
     to_set: dict[str, tuple[str | None, str]] = {}
+    unchanged: list[str] = []
     for name, value in sorted(wanted.items()):
         try:
             local = store.refs.read(name)
@@ -455,6 +461,7 @@ def pull_refs(
             local = None  # a damaged local ref may be overwritten
         if local == value:
             report.refs_unchanged += 1
+            unchanged.append(value)
         elif local is None or force:
             to_set[name] = (local, value)
         else:
@@ -508,6 +515,13 @@ def pull_refs(
     # Blobs are verified as they arrive: one found corrupt skips the refs above it.
     _skip_damaged(report, to_set, damage.roots_reaching(plan, roots))
     store.objects.sync()  # objects durable before any ref names them
+    arrived = [v for _, v in to_set.values() if root_docs[v].kind == KIND_EVALUATION]
+    signature_sync.fetch(
+        store,
+        transport,
+        [*arrived, *signature_sync.unsigned_from_elsewhere(store, unchanged)],
+        pool,
+    )
     names = sorted(to_set)
     outcomes = [_set_local_ref(store, n, *to_set[n], force) for n in names]
     _tally(report, names, outcomes)

@@ -7,9 +7,10 @@ classes of families the user enabled (:mod:`.families`) from their state
 without running their code (:mod:`.state`); and it loads code stored by value
 only when this machine wrote it or pulled it from a trusted remote
 (:mod:`.origins`), and only if it hashes to its digest. :mod:`.gate` is the one
-place that decides; ``docs/reliability.md`` ("Decoding: what a stored value
-may run") lists the rules for users and ``docs/threat-model.md`` what a
-remote's writer can and cannot do.
+place that decides. Whose results a hit serves at all is :mod:`.signers`'s to
+say (ed25519 keys and signatures: :mod:`.signing`). ``docs/reliability.md``
+("Decoding: what a stored value may run") lists the rules for users and
+``docs/threat-model.md`` what a remote's writer can and cannot do.
 """
 
 from __future__ import annotations

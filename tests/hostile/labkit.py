@@ -25,6 +25,7 @@ from memostore import Store
 from memostore.odb.objects import KIND_VALUE, Doc, Links
 from memostore.records.evaluation import evaluation_doc
 from memostore.remote.fetch import reset_state
+from memostore.trust import signers
 
 VICTIM = """
 import sys
@@ -174,6 +175,9 @@ def plant(
     }
     doc = evaluation_doc(body, Links())
     store.objects.add_doc(doc)
+    # Signed with the session's key, which the victim trusts as its own: these attacks
+    # are what even a trusted signer cannot do (test_signatures.py: what others cannot).
+    signers.sign(store, doc.id)
     store.refs.set(ref, doc.id)
     return doc.id
 

@@ -20,6 +20,13 @@ ms.diffText = function (text) {
   }));
 };
 
+// Who signed an evaluation, as `memostore show` says it.
+function signerText(signer) {
+  if (!signer) return "nobody (unsigned)";
+  if (!signer.verified) return `${signer.fingerprint} (signature does not match: not served)`;
+  return signer.principal ? `${signer.principal} (${signer.fingerprint})` : `${signer.fingerprint} (not trusted)`;
+}
+
 ms.pages.evaluation = async function (id) {
   const view = ms.view();
   const r = await ms.get(`/api/eval/${id}`);
@@ -57,7 +64,9 @@ ms.pages.evaluation = async function (id) {
   parts.push(chartBox);
   const others = ms.el("div", { id: "media" });
   parts.push(others);
-  parts.push(ms.el("h2", {}, "provenance"), ms.json(r.provenance || {}));
+  parts.push(ms.el("h2", {}, "provenance"));
+  if (r.status !== "running") parts.push(ms.el("p", { id: "signer" }, `signed by ${signerText(r.signer)}`));
+  parts.push(ms.json(r.provenance || {}));
   if (r.status !== "running") parts.push(ms.el("p", {}, ms.el("a", { href: `#/lineage/${r.id}`, id: "lineage-link" }, "lineage around this evaluation")));
   for (const title of ["parents", "children"]) {
     if ((r[title] || []).length) parts.push(ms.el("h2", {}, title), ms.el("p", {}, r[title].map((p) => [ms.link(p), " "])));
