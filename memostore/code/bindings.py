@@ -355,6 +355,13 @@ class Bindings:
                 node.refs.append((label, self.unimported_tree(name) if name else ("unbound",)))
                 bound[local] = None
                 continue
+            if not is_user_module(module):
+                # An installed package counts by its distribution's version alone, as when
+                # it is not imported yet: never by what else the program imported (which
+                # decides whether it is, and what its names are bound to by then).
+                node.refs.append((label, self.external_tree(name)))
+                bound[local] = None
+                continue
             escapes = (local,) in facts.import_chains  # used as an object, not only its attributes
             if imp.attr is None:
                 if not imp.submodule:
