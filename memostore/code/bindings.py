@@ -95,6 +95,7 @@ class Bindings:
     python_tree: Callable[[], Tree]
     module_tree: Callable[[ModuleType], Tree]
     unimported_tree: Callable[[str], Tree]
+    external_tree: Callable[[str | None], Tree]
 
     def binding_tree(
         self, namespace: dict[str, Any], module: str, name: str, value: Any, state: frozenset[str]

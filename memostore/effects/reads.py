@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from ..code.modules import is_user_module, library_roots
@@ -111,7 +112,7 @@ def _frames() -> list[Frame]:
 
 # -- observing ----------------------------------------------------------------------------
 def _asked_by_user() -> bool:
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__") in _LOOKUP_MODULES:
         frame = frame.f_back
     if frame is None:
