@@ -208,6 +208,8 @@ def _print_result(out: Output, result: dict[str, Any]) -> None:
         out.styled([("  ", None), *head, *field_parts(value)])
     if result.get("more"):
         out.line(f"  … and {result['more']} more differences", style="dim")
+    if result.get("stopped"):
+        out.line("  … the comparison stopped here (too many nodes)", style="dim")
 
 
 def _print_metrics(out: Output, metrics: dict[str, Any]) -> None:

@@ -43,6 +43,8 @@ def value_change_lines(name: str, change: dict[str, Any]) -> list[Parts]:
         lines.append(parts)
     if change.get("more"):
         lines.append([head, (f"… and {change['more']} more differences", "dim")])
+    if change.get("stopped"):
+        lines.append([head, ("… the comparison stopped here (too many nodes)", "dim")])
     return lines
 
 

@@ -786,3 +786,32 @@ def test_source_edited_after_import_is_not_trusted(make_module) -> None:
 def test_this_module_is_user_code() -> None:
     info = code_info(test_this_module_is_user_code)
     assert info.symbol == f"{__name__}:test_this_module_is_user_code"
+
+
+IMPORT_ORDER = """
+import sys
+import torch
+from memostore import memo
+
+@memo
+def shard(x):
+    from torch.distributed.fsdp import fully_shard  # a decorated function of torch's
+    return x
+
+before = shard.key(1)
+import torch.distributed.checkpoint  # imports torch.distributed.fsdp, binding fully_shard
+
+print(before == shard.key(1), "torch.distributed.fsdp" in sys.modules)
+"""
+
+
+def test_an_installed_package_counts_by_its_version_whatever_else_was_imported(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "order.py"
+    script.write_text(IMPORT_ORDER)
+    env = {**os.environ, "MEMOSTORE_DIR": str(tmp_path / "store")}
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.stdout.split() == ["True", "True"], proc.stderr

@@ -614,3 +614,53 @@ def test_result_tensors_are_read_from_their_blobs(store_dir: Path) -> None:
     assert found["[2]"]["max_abs_diff"] == 1.0 and found["[2]"]["dtype"] == "bfloat16"
     assert found["[3]"]["max_abs_diff"] == pytest.approx(abs(2j))
     assert found["[4]"]["max_abs_diff"] == 2.0 and found["[4]"]["dtype"] == "int16"
+
+
+def test_explaining_a_miss_on_an_omegaconf_config_edited_in_place_ends(
+    store_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from omegaconf import OmegaConf
+
+    from memostore import memo, set_verbose
+
+    # Every node of a DictConfig refers back to its parent: a walk that followed each
+    # reference anew never ended.
+    cfg = OmegaConf.create(
+        {
+            "model": {"hidden": 4, "layers": [1, 2, 3], "act": {"name": "relu"}},
+            "optim": {"lr": 0.1, "betas": [0.9, 0.99], "sched": {"step": 10}},
+            "data": {"path": "x", "batch": 3, "aug": {"flip": True}},
+        }
+    )
+
+    @memo
+    def width(cfg: Any) -> int:
+        return int(cfg.model.hidden) * 2
+
+    set_verbose(True)
+    try:
+        assert width(cfg) == 8
+        cfg.model.hidden = 8
+        assert width(cfg) == 16
+    finally:
+        set_verbose(None)
+    lines = re.findall(r"memostore: [\w.<>]+: miss \w+ \((.*)\)", capsys.readouterr().err)
+    assert lines[0] == "first call"
+    assert "['model']" in lines[1] and "['hidden']" in lines[1], lines[1]
+
+
+def test_a_comparison_past_its_budget_says_it_stopped(tmp_path: Path, store_dir: Path) -> None:
+    from memostore import memo
+
+    @memo
+    def total(values: list[int]) -> int:
+        return sum(values)
+
+    first = list(range(120_000))  # past the budget of nodes compared
+    second = [*first[:-1], -1]  # the one difference lies beyond it
+    assert total(first) != total(second)
+    ids = [entry["id"] for entry in json.loads(run_cli(store_dir, "log", "--json").stdout)]
+    report = json.loads(run_cli(store_dir, "diff", ids[1], ids[0], "--json").stdout)
+    assert report["args"]["values"]["stopped"] is True
+    shown = run_cli(store_dir, "diff", ids[1], ids[0])
+    assert shown.returncode == 0 and "the comparison stopped here" in shown.stdout

@@ -466,3 +466,43 @@ def test_outside_a_process_group_every_mode_is_a_plain_call(store_dir: Path) -> 
         assert f.key(3) == plain.key(3)  # per_rank too: no rank to key with
         assert f(3) == 6
     assert calls == [3]
+
+
+SEEDS = (
+    COMMON
+    + """
+@memo(distributed="per_rank")
+def draw(n):
+    count("draw")
+    return torch.rand(n).sum().item()
+
+
+torch.manual_seed(1234)
+say("alike", [round(draw(3), 6), round(torch.rand(1).item(), 6)])
+if os.environ["SEEDS"] == "both":
+    torch.manual_seed(1234 + rank)  # the same key on each rank, from another state on rank 1
+    say("by_rank", [round(draw(3), 6), round(torch.rand(1).item(), 6)])
+"""
+)
+
+
+@pytest.mark.slow
+def test_per_rank_results_keep_their_start_state_conditions(tmp_path: Path) -> None:
+    out, store = tmp_path / "out", tmp_path / "store"
+    out.mkdir()
+    script = write_script(tmp_path, "seeds.py", SEEDS)
+    first_env = {**_env(out, store, "first"), "SEEDS": "both"}
+    code, output = _finish(_torchrun(script, first_env, "--standalone", "--nproc_per_node", "2"))
+    assert code == 0, output
+    first = _said_in(first_env)
+    # Rank 0 was seeded alike both times (a hit); rank 1 from another state (a miss).
+    assert _runs(out, "draw") == {0: 1, 1: 2}
+    assert _said(first, "by_rank")[0] == _said(first, "alike")[0]
+    assert _said(first, "by_rank")[1] != _said(first, "alike")[1]
+    second_env = {**_env(out, store, "second"), "SEEDS": "alike"}
+    code, output = _finish(_torchrun(script, second_env, "--standalone", "--nproc_per_node", "2"))
+    assert code == 0, output
+    # Seeded alike again: each rank gets what it computed from that state, and its RNG
+    # where that run left it, without running.
+    assert _said(_said_in(second_env), "alike") == _said(first, "alike")
+    assert _runs(out, "draw") == {0: 1, 1: 2}

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from click.testing import CliRunner
 from conftest import run_script, write_script
 from memostore_cli.main import cli
 
-from memostore import MemostoreError, MemostoreWarning, memo
+from memostore import MemostoreError, memo
 
 SCRIPT = """
 import sys
@@ -272,57 +271,6 @@ def test_show_and_log_still_show_the_path(tmp_path: Path, store_dir: Path) -> No
     assert record["args"]["path"]["bytes"] == 2048
     listed = runner.invoke(cli, ["--store", str(store_dir), "log", "--json"])
     assert json.loads(listed.output)[0]["args"]["path"] == str(data)
-
-
-HINT_SCRIPT = """
-import sys, warnings
-warnings.simplefilter("always")  # so that only memostore's own once-only rule applies
-from memostore import memo
-
-@memo
-def load(path, mode="fast"):
-    return open(path).read()
-
-@memo(files=("path",))
-def declared(path, mode="fast"):
-    return open(path).read()
-
-@memo(ignore=("path",))
-def ignored(path):
-    return 1
-
-for _ in range(3):
-    load(sys.argv[1])
-    load(sys.argv[2], mode=sys.argv[1] + "-not-a-file")
-    declared(sys.argv[1])
-    ignored(sys.argv[1])
-print("DONE")
-"""
-
-
-def test_an_undeclared_path_argument_is_hinted_once(tmp_path: Path, store_dir: Path) -> None:
-    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
-    a.write_text("a")
-    b.write_text("b")
-    script = write_script(tmp_path, "hint.py", HINT_SCRIPT)
-    proc = run_script(script, str(a), str(b))
-    assert "DONE" in proc.stdout
-    hints = [line for line in proc.stderr.splitlines() if "MemostoreWarning" in line]
-    assert len(hints) == 1, proc.stderr
-    assert "'path' of __main__:load" in hints[0]
-    assert "keyed by its name, not its content" in hints[0]
-    assert "@memo(files=('path',))" in hints[0]
-
-
-def test_no_hint_for_strings_that_are_not_paths(tmp_path: Path, store_dir: Path) -> None:
-    @memo
-    def configure(name: str, text: str) -> int:
-        return len(name) + len(text)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", MemostoreWarning)
-        configure("adam", "line one\nline two")
-        configure("sgd", "")
 
 
 def test_a_tree_keyed_in_a_fresh_process_matches(tmp_path: Path, store_dir: Path) -> None:

@@ -50,6 +50,19 @@ def _default_device() -> str:
     return "cpu"
 
 
+def _autocast(device: str) -> Callable[[], Any]:
+    # ``torch.autocast`` (and ``torch.amp``) for *device*: off (None, a fresh process's
+    # state) or the dtype ops are cast to; the same call inside bf16 autocast computes
+    # another result.
+    def read() -> Any:
+        if not torch.is_autocast_enabled(device):
+            return None
+        dtype = torch.get_autocast_dtype(device)
+        return _dtype_names.get(dtype) or dtype_name(dtype)
+
+    return read
+
+
 def _flag(getter: Callable[[], Any]) -> Callable[[], Any]:
     def read() -> Any:
         value = getter()
@@ -68,6 +81,8 @@ def register_settings(register: Callable[[str, Callable[[], Any], Any], None]) -
     # call with gradients on would return (one with a graph is never stored).
     register("torch.grad_enabled", torch.is_grad_enabled, True)
     register("torch.inference_mode", torch.is_inference_mode_enabled, False)
+    for device in ("cpu", "cuda"):
+        register(f"torch.autocast.{device}", _autocast(device), None)
     getters = {
         "torch.deterministic_algorithms": ("_get_deterministic_algorithms", False),
         "torch.backends.cudnn.enabled": ("_get_cudnn_enabled", True),

@@ -9,7 +9,7 @@ RNG condition does not hold, an effect cannot be replayed, an object is
 missing or damaged) is therefore a miss that has changed nothing.
 
 Which stored evaluation answers a call whose body drew from global RNGs
-(seeded or not, ``@memo(rng=...)``) or read environment variables is decided
+(seeded or not, ``@memo(rng=...)``) or read environment variables or files is decided
 before, in ``rng_conditions.py``.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..effects import draws, process
+from ..effects import draws, reads
 from ..effects.arguments import Watched, plan_replay, resolver, substitute_aliases
 from ..effects.places import RESULT
 from ..effects.relations import Relations
@@ -64,7 +64,7 @@ class Hit:
 
     def commit(self) -> Any:
         """Apply the planned effects and RNG states; return the result to give back."""
-        process.note_environ(self.body.get("environ"))  # for a body this hit runs inside
+        reads.note(self.body)  # for a body this hit runs inside
         if self.planner is not None:
             self.planner.commit()
         for namespace, name, value in self.bindings:
@@ -97,13 +97,9 @@ def prepare(
     refused = signers.refusal(store, evaluation_id)
     if refused is not None:
         raise NotUsable(refused)
-    differs = process.environ_differs(body)
-    if differs:
-        raise NotUsable(
-            f"the environment variable {', '.join(differs)} the stored call read has another "
-            "value now",
-            warn=False,
-        )
+    changed = reads.changed(body)
+    if changed:
+        raise NotUsable(changed, warn=False)
     if before_decode is not None:
         before_decode(body)
     decoder = Decoder(store.objects, body.get("payloads") or {})

@@ -74,7 +74,7 @@ class KeyedCall:
         layout: where the watched objects stood before the body ran (a miss
             only; ``effects/identity.py``).
         settings: the process settings in the key (``effects/process.py``).
-        environ: the environment variables the body read (a miss only).
+        reads: the record of what the body read (a miss only; ``effects/reads.py``).
     """
 
     __slots__ = (
@@ -83,10 +83,10 @@ class KeyedCall:
         "arguments",
         "code",
         "encoder",
-        "environ",
         "fn",
         "key",
         "layout",
+        "reads",
         "settings",
         "sink",
         "stored",
@@ -116,7 +116,7 @@ class KeyedCall:
         self.stored: Doc | None = None
         self.layout: Layout | None = None
         self.settings = settings or {}
-        self.environ: dict[str, str | None] = {}
+        self.reads: dict[str, Any] = {}
         self._code_doc: Doc | None = None
 
     @property

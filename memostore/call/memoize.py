@@ -39,7 +39,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..effects import draws, identity, process, seeding
+from ..effects import draws, identity, process, reads, seeding
 from ..effects.arguments import MISSING, Watched
 from ..errors import (
     DecodeError,
@@ -161,7 +161,7 @@ class MemoizedFunction:
         self.symbol = _symbol(fn)
         from ..values.paths import PathArguments
 
-        # Declared path parameters keyed by content, and the hint about undeclared ones.
+        # Declared path parameters keyed by content.
         parameters = list(self._signature.parameters)
         self._paths = PathArguments(self.symbol, parameters, files, self._ignore)
         self._key_tail = key_tail(self.symbol, self._version)
@@ -354,7 +354,7 @@ class MemoizedFunction:
         track_rng = self._track_rng if track_rng is None else track_rng
         body = store.evaluation(evaluation_id).body
         note = ""
-        if (track_rng and body.get("rng")) or body.get("environ"):
+        if (track_rng and body.get("rng")) or body.get("environ") or body.get("files"):
             found, body, note = rng_conditions.matching_evaluation(
                 store,
                 evaluation_id,
@@ -513,7 +513,7 @@ class MemoizedFunction:
             )
         if storable:
             call.layout = identity.layout(call.watched.items)
-        environ = process.begin_environ() if storable else None
+        observed = reads.begin(store.root) if storable else None
         rng_frame = draws.begin() if self._track_rng and storable else None
         token = context.enter(ctx)
         if ctx.store.root is not None:
@@ -526,8 +526,8 @@ class MemoizedFunction:
             context.leave(token)
             if rng_frame is not None:
                 draws.end(rng_frame)
-            if environ is not None:
-                process.end_environ(environ)
+            if observed is not None:
+                reads.drop(observed)
             status = "error" if isinstance(exc, Exception) else "interrupted"
             if storable and not isinstance(exc, GeneratorExit):
                 recording.record_failure(store, call, ctx, exc, status, started, t0)
@@ -537,8 +537,8 @@ class MemoizedFunction:
             raise
         context.leave(token)
         duration = time.perf_counter() - t0
-        if environ is not None:
-            call.environ = process.end_environ(environ)
+        if observed is not None:
+            call.reads = reads.end(observed)
         if storable:
             rng_used = draws.end(rng_frame) if rng_frame is not None else {}
             recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)

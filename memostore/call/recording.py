@@ -14,7 +14,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..effects import draws
+from ..effects import draws, reads
 from ..effects.arguments import alias_paths, changed_names, plan_replay
 from ..effects.identity import relations_of
 from ..effects.places import RESULT
@@ -193,14 +193,15 @@ def _check_replayable(
         raise NotStorable(f"its effect on {exc}") from exc
 
 
-def _environ_varies(store: Store, call: KeyedCall) -> bool:
-    """Whether this key was stored with other environment values: keep both, by condition.
+def _reads_vary(store: Store, call: KeyedCall, observed: dict[str, Any]) -> bool:
+    """Whether this key was stored having read other values: keep both, by condition.
 
-    A call whose body read environment variables is named by its condition ref
-    (as a call that drew from an RNG is) only once a value differs between
-    calls of its key: most such reads (a data directory, a flag) never change,
-    and one ref per key is enough for them. The evaluation stored before, with
-    the other values, gets its condition ref now too (unless it has one).
+    A call whose body read environment variables or files is named by its
+    condition ref (as a call that drew from an RNG is) only once what it read
+    differs between calls of its key: most such reads (a data directory, a
+    flag, a dataset file) never change, and one ref per key is enough for them.
+    The evaluation stored before, with the other values, gets its condition ref
+    now too (unless it has one).
     """
     try:
         previous = store.refs.read(eval_ref_name(call.fn.symbol, call.key))
@@ -209,11 +210,11 @@ def _environ_varies(store: Store, call: KeyedCall) -> bool:
         body = store.evaluation(previous).body
     except Exception:
         return False  # a damaged ref or record: nothing to keep beside
-    environ = body.get("environ")
-    if not environ or environ == call.environ or body.get("key") != call.key:
+    before = reads.recorded(body)
+    if not before or before == observed or body.get("key") != call.key:
         return False
     if not draws.conditions(body.get("rng")):  # one with RNG conditions has its refs already
-        store.refs.set(condition_ref_name(call.fn.symbol, call.key, {}, environ), previous)
+        store.refs.set(condition_ref_name(call.fn.symbol, call.key, {}, before), previous)
     return True
 
 
@@ -308,12 +309,12 @@ def store_result(
             fields["rng"] = draws.record(rng_used, store.objects.add_bytes)
         if call.settings:
             fields["settings"] = dict(call.settings)
-        if call.environ:
-            fields["environ"] = dict(call.environ)
+        fields.update(call.reads)
         fields.update(ctx.finalize("ok"))
-        refs = rng_ref_names(symbol, call.key, fields.get("rng"), call.environ)
-        if not refs and call.environ and _environ_varies(store, call):
-            refs.append(condition_ref_name(symbol, call.key, {}, call.environ))
+        observed = reads.recorded(call.reads)
+        refs = rng_ref_names(symbol, call.key, fields.get("rng"), observed)
+        if not refs and observed and _reads_vary(store, call, observed):
+            refs.append(condition_ref_name(symbol, call.key, {}, observed))
         refs.append(eval_ref_name(symbol, call.key))
         doc = publish(store, fields, ctx, refs)
     except GradientGraphError as exc:

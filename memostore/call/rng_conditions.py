@@ -12,18 +12,18 @@
   seeded or not;
 * ``"ignore"``: RNGs are not looked at (nor set by a hit).
 
-A body that read environment variables (``effects/process.py``) answers a
-call only while they hold the values it read, whatever the mode.
+A body that read environment variables or files (``effects/reads.py``)
+answers a call only while they hold what it read, whatever the mode.
 
 Finding the evaluation stays O(1): the call's ref names the newest evaluation
 of the key, tried first; a condition it fails is looked up once more by
 ``rng/<function>/<condition>``, where the condition digests the key, the
-start states of the RNGs that must match and the variables read. Each
+start states of the RNGs that must match and what the body read. Each
 evaluation is named by the condition over all the RNGs it drew from
 (``"exact"``), and also by the one over those seeded at its call when that is
 fewer (a seeded program that draws from an unseeded RNG too); one that only
-read variables is named by its condition once its key was stored with other
-values (``recording.py``).
+read variables or files is named by its condition once its key was stored with
+other values (``recording.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..effects import draws, process, seeding
+from ..effects import draws, reads, seeding
 from ..effects import rng as rngs
 from ..odb.objects import canonical_json, digest_bytes
 from ..odb.refs import ref_part
@@ -77,16 +77,18 @@ _CONDITION_PREFIX = b"memostore:condition:1\n"
 
 
 def condition_ref_name(
-    function: str, key: str, digests: Mapping[str, str], environ: Mapping[str, Any] | None
+    function: str, key: str, digests: Mapping[str, str], observed: Mapping[str, Any] | None
 ) -> str:
-    """The ref naming the evaluation of *key* that started from these RNG states and variables.
+    """The ref naming the evaluation of *key* that started from these RNG states and reads.
 
-    Without environment variables, the name :func:`rng_ref_name` gives (an RNG-only
-    condition); with them, a digest of the key, the RNG states and the variables.
+    *observed*: what the body read, as ``effects/reads.py`` gives it for conditions
+    (``{"environ": ..., "files": ...}``). Without reads, the name :func:`rng_ref_name`
+    gives (an RNG-only condition); with them, a digest of the key, the RNG states and
+    the reads.
     """
-    if not environ:
+    if not observed:
         return rng_ref_name(function, key, digests)
-    condition = {"key": key, "rng": dict(digests), "environ": dict(environ)}
+    condition = {"key": key, "rng": dict(digests), **observed}
     digest = digest_bytes(_CONDITION_PREFIX + canonical_json(condition))
     return f"rng/{ref_part(function)}/{digest}"
 
@@ -95,22 +97,22 @@ def rng_ref_names(
     function: str,
     key: str,
     record: Mapping[str, Any] | None,
-    environ: Mapping[str, Any] | None = None,
+    observed: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The ``rng/`` refs that name an evaluation with this ``rng`` record (none if it drew none).
 
     One over every RNG it drew from (what ``"exact"`` looks up), and one over
     the RNGs seeded at its call when those are fewer but some (what a program
-    seeded the same way looks up by lineage); each with the variables it read.
+    seeded the same way looks up by lineage); each with what it read.
     """
     conditions = draws.conditions(record)
     if not conditions:
         return []
-    names = [condition_ref_name(function, key, conditions, environ)]
+    names = [condition_ref_name(function, key, conditions, observed)]
     seeded_at_call = draws.seeded_at_call(record)
     seeded = {name: d for name, d in conditions.items() if seeded_at_call.get(name)}
     if seeded and len(seeded) < len(conditions):
-        names.append(condition_ref_name(function, key, seeded, environ))
+        names.append(condition_ref_name(function, key, seeded, observed))
     return names
 
 
@@ -148,24 +150,24 @@ def matching_evaluation(
     """The evaluation of this key whose conditions hold now, and a note on why they do.
 
     *evaluation_id* is the one the call's ref names; another, made from other
-    start states of the RNGs that must match or with other values of the
-    variables read, may be named by an ``rng/`` ref. Raises NotUsable (not a
+    start states of the RNGs that must match or having read other values or
+    file contents, may be named by an ``rng/`` ref. Raises NotUsable (not a
     warning: another state is simply another call) if none holds. The note is
     "" unless an unseeded RNG was let through.
     """
     conditions = {} if mode == "ignore" else draws.conditions(body.get("rng"))
-    recorded = body.get("environ") or {}
-    if not conditions and not recorded:
+    has_reads = bool(body.get("environ") or body.get("files"))
+    if not conditions and not has_reads:
         return evaluation_id, body, ""
     now = _Now()
     required = now.required(conditions, mode)
-    changed = process.environ_differs(body)
+    current = reads.now(body) if has_reads else {}
+    changed = reads.changed(body, current) if has_reads else ""
     if _holds(conditions, required) and not changed:
         return evaluation_id, body, _note(conditions, required)
     failing = [name for name, digest in required.items() if conditions[name] != digest]
     if not failing:
-        names = ", ".join(changed)
-        reason = f"the environment variable {names} the stored call read has another value now"
+        reason = changed
     elif mode == "exact":
         reason = (
             f"the global RNG ({', '.join(failing)}) is in another state than the stored call "
@@ -178,8 +180,7 @@ def matching_evaluation(
     digests = {name: digest for name, digest in required.items() if digest is not None}
     if len(digests) < len(required):
         raise other_state  # a seeded RNG not in use: no start state to look up
-    environ = process.current_environ(recorded) if recorded else None
-    other = store.refs.read(condition_ref_name(function, key, digests, environ))
+    other = store.refs.read(condition_ref_name(function, key, digests, current or None))
     if other is None or other == evaluation_id:
         raise other_state
     other_body = store.evaluation(other).body
@@ -188,7 +189,7 @@ def matching_evaluation(
         raise other_state
     other_conditions = {} if mode == "ignore" else draws.conditions(other_body.get("rng"))
     other_required = now.required(other_conditions, mode)
-    if not _holds(other_conditions, other_required) or process.environ_differs(other_body):
+    if not _holds(other_conditions, other_required) or reads.changed(other_body):
         raise other_state
     return other, other_body, _note(other_conditions, other_required)
 

@@ -95,6 +95,7 @@ class Bindings:
     python_tree: Callable[[], Tree]
     module_tree: Callable[[ModuleType], Tree]
     unimported_tree: Callable[[str], Tree]
+    external_tree: Callable[[str | None], Tree]
 
     def binding_tree(
         self, namespace: dict[str, Any], module: str, name: str, value: Any, state: frozenset[str]
@@ -353,6 +354,13 @@ class Bindings:
                 self.guards.bind(sys.modules, name, MISSING if module is None else module)
             if module is None:
                 node.refs.append((label, self.unimported_tree(name) if name else ("unbound",)))
+                bound[local] = None
+                continue
+            if not is_user_module(module):
+                # An installed package counts by its distribution's version alone, as when
+                # it is not imported yet: never by what else the program imported (which
+                # decides whether it is, and what its names are bound to by then).
+                node.refs.append((label, self.external_tree(name)))
                 bound[local] = None
                 continue
             escapes = (local,) in facts.import_chains  # used as an object, not only its attributes

@@ -44,8 +44,13 @@ _verdicts: dict[tuple[str, str | None], bool] = {}
 
 
 @functools.cache
-def _library_roots() -> tuple[Path, ...]:
-    """Directories holding the standard library and installed packages."""
+def library_roots() -> tuple[Path, ...]:
+    """Directories holding the standard library and installed packages.
+
+    The interpreter's own, and every entry of ``sys.path`` that holds installed
+    distributions (``*.dist-info``): packages a ``.pth`` file or ``PYTHONPATH``
+    adds from a shared environment are installed packages too, pinned by version.
+    """
     base_vars = {
         "base": sys.base_prefix,
         "platbase": sys.base_exec_prefix,
@@ -60,6 +65,10 @@ def _library_roots() -> tuple[Path, ...]:
         candidates += site.getsitepackages()
     with contextlib.suppress(Exception):  # a stripped-down site module: the others still count
         candidates.append(site.getusersitepackages())
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            if entry and any(Path(entry).glob("*.dist-info")):
+                candidates.append(entry)
     roots: set[Path] = set()
     for candidate in candidates:
         if candidate:
@@ -76,7 +85,7 @@ def under_library_root(file: str) -> bool:
         path = Path(file).resolve()
     except (OSError, RuntimeError):
         return False
-    return any(path.is_relative_to(root) for root in _library_roots())
+    return any(path.is_relative_to(root) for root in library_roots())
 
 
 def names_of(obj: Any) -> tuple[str, str]:

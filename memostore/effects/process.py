@@ -1,4 +1,4 @@
-"""What a body reads from the process: global settings (keyed) and environment variables.
+"""Process-wide settings that change what a body computes: part of the call key.
 
 **Settings.** A library's process-wide settings can change what the same code
 computes from the same arguments: ``torch.set_default_dtype(torch.float64)``
@@ -9,35 +9,20 @@ so the core never imports the library. A setting whose value differs from its
 default is part of the call key (``keys.py``): with every setting at its
 default, keys are what they were without settings.
 
-**Environment variables.** A body that reads ``os.environ["HIDDEN"]``
-(``os.getenv``, ``os.environ.get``, ``"X" in os.environ``) computes from it. A
-miss records each variable the user's code read (not reads made inside
-libraries) with the value it had, or None if unset; a stored evaluation
-answers a call only while every recorded variable has that value
-(``hits.py``). Reads are seen by wrapping ``os.environ``'s item lookup once,
-when the first body starts; outside a memoised body the wrapper costs one
-list check. A hit inside a running body adds the variables its evaluation read
-to that body's, as if it had run.
+What a body reads from outside (environment variables, files) is a hit
+condition instead: ``reads.py``.
 """
 
 from __future__ import annotations
 
 import operator
-import os
 import sys
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..code.modules import is_user_module
-
 __all__ = [
     "Setting",
-    "begin_environ",
-    "current_environ",
-    "end_environ",
-    "note_environ",
     "register_setting",
     "settings",
 ]
@@ -98,100 +83,3 @@ def settings() -> dict[str, Any]:
         if value != setting.default:
             out[setting.name] = value
     return out
-
-
-# -- environment variables --------------------------------------------------------------------
-_local = threading.local()
-_install_lock = threading.Lock()
-_environ_class = type(os.environ)
-_lookup = _environ_class.__getitem__
-# Frames of the lookups themselves, skipped to find who asked.
-# (``Mapping.get`` runs with ``__name__`` "collections.abc".)
-_LOOKUP_MODULES = frozenset({"os", "_collections_abc", "collections.abc"})
-
-
-def _frames() -> list[dict[str, str | None]]:
-    frames = getattr(_local, "frames", None)
-    if frames is None:
-        frames = _local.frames = []
-    return frames
-
-
-def _asked_by_user() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__") in _LOOKUP_MODULES:
-        frame = frame.f_back
-    if frame is None:
-        return False
-    name = frame.f_globals.get("__name__")
-    return isinstance(name, str) and is_user_module(name)
-
-
-def _recording_lookup(self: Any, key: Any) -> Any:
-    frames = getattr(_local, "frames", None)
-    if not frames or self is not os.environ or type(key) is not str:
-        return _lookup(self, key)
-    try:
-        value = _lookup(self, key)
-    except KeyError:
-        if _asked_by_user():
-            for frame in frames:
-                frame.setdefault(key, None)
-        raise
-    if _asked_by_user():
-        for frame in frames:
-            frame.setdefault(key, value)
-    return value
-
-
-def _install() -> None:
-    with _install_lock:
-        if _environ_class.__getitem__ is not _recording_lookup:
-            _environ_class.__getitem__ = _recording_lookup  # type: ignore[method-assign]
-
-
-def begin_environ() -> dict[str, str | None]:
-    """Start recording the environment variables a body reads (returns its record)."""
-    _install()
-    frame: dict[str, str | None] = {}
-    _frames().append(frame)
-    return frame
-
-
-def end_environ(frame: dict[str, str | None]) -> dict[str, str | None]:
-    """Stop recording *frame*; the variables read, by name, with their values."""
-    frames = _frames()
-    for i in range(len(frames) - 1, -1, -1):
-        if frames[i] is frame:  # by identity: two frames may hold equal records
-            del frames[i]
-            break
-    return dict(sorted(frame.items()))
-
-
-def note_environ(read: Mapping[str, Any] | None) -> None:
-    """A hit inside running bodies: they depend on what its evaluation read, too."""
-    frames = getattr(_local, "frames", None)
-    if frames and read:
-        for frame in frames:
-            for name, value in read.items():
-                frame.setdefault(name, value)
-
-
-def current_environ(names: Iterable[str]) -> dict[str, str | None]:
-    """The value of each named variable now (None if unset), without recording the read."""
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = _lookup(os.environ, name)
-        except KeyError:
-            out[name] = None
-    return out
-
-
-def environ_differs(body: Mapping[str, Any]) -> list[str]:
-    """The environment variables a stored body read that hold another value now."""
-    recorded = body.get("environ")
-    if not recorded:
-        return []
-    now = current_environ(recorded)
-    return [name for name, value in recorded.items() if now.get(name) != value]

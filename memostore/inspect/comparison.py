@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MemostoreError, ObjectNotFound
 from ..odb.objects import KIND_CODE
 from .inspection import metrics_of
-from .node_diff import NodeDiffer, ValueDiff, argument_nodes
+from .node_diff import MAX_STEPS, NodeDiffer, ValueDiff, argument_nodes
 
 if TYPE_CHECKING:
     from ..odb.objects import Doc
@@ -90,6 +90,7 @@ def _value_change(differ: NodeDiffer, found: ValueDiff, a: Any, b: Any) -> dict[
         "class": found.root_class,
         "fields": found.changes,
         "more": found.more,
+        "stopped": found.stopped,
     }
 
 
@@ -118,7 +119,7 @@ def argument_changes(
             }
             continue
         found = differ.diff(nodes_a[name], labels_a, nodes_b[name], labels_b)
-        if found.changes:
+        if found.changes or found.stopped:
             changes[name] = _value_change(differ, found, nodes_a[name], nodes_b[name])
     return changes
 
@@ -152,7 +153,7 @@ def effect_changes(
         except MemostoreError as exc:
             changes[name] = {"change": "changed", "a": None, "b": None, "error": str(exc)}
             continue
-        if found.changes:
+        if found.changes or found.stopped:
             changes[name] = _value_change(differ, found, node_a, node_b)
     return changes
 
@@ -215,9 +216,9 @@ def result_changes(differ: NodeDiffer, id_a: str | None, id_b: str | None) -> di
             tensors.append({"path": path, **change["tensor"]})
         else:
             values.append({**change, "path": path})
-    out.update(tensors=tensors, values=values, more=found.more)
+    out.update(tensors=tensors, values=values, more=found.more, stopped=found.stopped)
     # Different encodings can hold equal values (a view stored against a copy).
-    out["same"] = not found.changes
+    out["same"] = not found.changes and not found.stopped
     return out
 
 
@@ -280,7 +281,7 @@ def change_paths(changes: Mapping[str, Mapping[str, Any]]) -> list[str]:
             paths.append(name)
         else:
             paths += [name + p for p in inner]
-            if change.get("more"):
+            if change.get("more") or change.get("stopped"):
                 paths.append(f"{name}…")
     return paths
 
@@ -318,7 +319,10 @@ def tensor_value_changes(
     changes = argument_changes(differ, body.get("args"), args_id)
     fields = [(name, f) for name, change in changes.items() for f in change.get("fields") or ()]
     if not changes or any(
-        change.get("change") != "changed" or change.get("more") or not change.get("fields")
+        change.get("change") != "changed"
+        or change.get("more")
+        or change.get("stopped")
+        or not change.get("fields")
         for change in changes.values()
     ):
         return []
@@ -393,6 +397,8 @@ def miss_reason(
                 parts.append(f"{_listing(paths)} changed")
             else:
                 parts.append(f"args changed: {_listing(paths)}")
+            if any(change.get("stopped") for change in changes.values()):
+                parts.append(f"stopped comparing after {MAX_STEPS} nodes")
         stored_settings = body.get("settings") or {}
         if settings is not None and stored_settings != dict(settings):
             changed = sorted(set(stored_settings) | set(settings))

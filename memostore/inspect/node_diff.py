@@ -12,6 +12,12 @@ parameter, buffer or attribute (``Net.fc1.training``), a list item by index,
 a dict entry by key, a tensor by its path with its shape or dtype change or
 its max abs difference. A path is written as Python would reach the value:
 ``.name`` for attributes, ``[i]`` for items, ``['key']`` for entries.
+
+A comparison is bounded: each pair of nodes is compared once (values with
+back references, such as an OmegaConf node's parent, would otherwise be walked
+again from every child), and a differ compares at most :data:`MAX_STEPS`
+pairs in all; past that it stops and says so (``ValueDiff.stopped``), so a
+miss's reason and ``memostore diff`` take bounded time and memory.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ MAX_CHANGES = 50
 # Strings longer than this are shown around their first difference.
 LONG_TEXT = 120
 MAX_DEPTH = 64
+# Pairs of nodes one differ compares at most (all its comparisons together).
+MAX_STEPS = 100_000
 _OBJECT_TAGS = ("object", "reduce", "torch.dataset")
 _MODULE_TAG = "torch.module"
 # Tensor node fields that compare_array_nodes covers (data, dtype, shape).
@@ -48,11 +56,18 @@ class ValueDiff:
             are summaries; a tensor's has ``tensor`` (shape, dtype, max abs
             difference) instead of summaries of its data.
         more: differences found beyond :data:`MAX_CHANGES` and not listed.
+        stopped: the comparison ran out of its budget (:data:`MAX_STEPS`) before
+            the end: there may be differences it did not find.
     """
 
     root_class: str | None = None
     changes: list[dict[str, Any]] = field(default_factory=list)
     more: int = 0
+    stopped: bool = False
+
+
+class _OutOfSteps(Exception):
+    """The differ has compared :data:`MAX_STEPS` pairs of nodes."""
 
 
 class _Side:
@@ -74,6 +89,7 @@ class NodeDiffer:
         numeric: read tensor blobs to give max abs differences (False: shape
             and dtype changes only, and no blob is read).
         summaries: describe the values on each side of a change (False: paths only).
+        max_steps: pairs of nodes compared at most, over every comparison it makes.
     """
 
     def __init__(
@@ -82,8 +98,11 @@ class NodeDiffer:
         docs: Mapping[str, Any] | None = None,
         numeric: bool = True,
         summaries: bool = True,
+        max_steps: int = MAX_STEPS,
     ) -> None:
         self.objects = objects
+        self.steps_left = max_steps
+        self._compared: set[tuple[int, int]] = set()
         self.docs = docs or {}
         self.numeric = numeric
         self.summaries = summaries
@@ -119,11 +138,14 @@ class NodeDiffer:
         a, side_a = self._resolve(a, side_a)
         b, side_b = self._resolve(b, side_b)
         out = ValueDiff(root_class=class_name(b) or class_name(a))
-        for change in self._walk(a, side_a, b, side_b, "", 0):
-            if len(out.changes) < MAX_CHANGES:
-                out.changes.append(change)
-            else:
-                out.more += 1
+        try:
+            for change in self._walk(a, side_a, b, side_b, "", 0):
+                if len(out.changes) < MAX_CHANGES:
+                    out.changes.append(change)
+                else:
+                    out.more += 1
+        except _OutOfSteps:
+            out.stopped = True
         return out
 
     def summarize(self, node: Any) -> Any:
@@ -159,10 +181,19 @@ class NodeDiffer:
     ) -> Iterator[dict[str, Any]]:
         if _is_ref(a) and _is_ref(b) and a["id"] == b["id"]:
             return
+        if self.steps_left <= 0:
+            raise _OutOfSteps
+        self.steps_left -= 1
         a, sa = self._resolve(a, sa)
         b, sb = self._resolve(b, sb)
         if _same(a, b):
             return
+        if isinstance(a, (dict, list)) and isinstance(b, (dict, list)):
+            # Nodes live as long as the differ holds their documents: ids stay theirs.
+            pair = (id(a), id(b))
+            if pair in self._compared:
+                return  # reached again (a back reference): its differences are found once
+            self._compared.add(pair)
         if depth >= MAX_DEPTH:
             yield self._leaf(path, a, b)
             return

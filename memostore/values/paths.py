@@ -1,4 +1,4 @@
-"""Path arguments: keyed by content where declared (``@memo(files=...)``), hinted otherwise.
+"""Path arguments keyed by content where declared (``@memo(files=...)``).
 
 ``@memo(files=("path",))`` keys the parameter ``path`` by the content of the
 file or directory tree it names (:mod:`memostore.values.file_digests`), not by the
@@ -9,34 +9,21 @@ A declared name may also reach inside an argument: ``files=("cfg.path",)``
 keys the ``path`` attribute (or ``"path"`` entry) of the argument ``cfg`` by
 content, in addition to ``cfg`` itself, as an extra item of the key.
 
-An undeclared ``str`` or ``os.PathLike`` argument that names an existing file
-or directory is keyed by its name, and so is such a value held inside an
-argument (a dataclass field, an attribute, an item; two levels down at most).
-The first such call of each function in a process warns once
-(:class:`MemostoreWarning`) and says how to key it by content; after that the
-function's calls are not checked again.
+An undeclared path argument is keyed by its name; what the body reads through
+it (or through any other name) is a hit condition by content all the same
+(``effects/reads.py``), so ``files=`` is needed only for reads the process
+cannot see (DataLoader workers) or to hit on the same bytes under another name.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import MemostoreError, MemostoreWarning
-from .codecs import Codec, register_codec, registry
+from ..errors import MemostoreError
+from .codecs import Codec, register_codec
 from .file_digests import ContentDigest, PathKeyError, content_digest
-from .snapshot import Snapshot
-
-# Longer strings, or ones holding these characters, are never file names worth a stat.
-_PATH_MAX = 4096
-_NOT_IN_PATHS = ("\0", "\n")
-# Distinct non-path strings remembered per function; past this, it is not checked any more.
-_CHECKED_MAX = 1024
-# warnings.warn -> _hint -> apply -> MemoizedFunction._bind -> _prepare -> __call__ -> caller
-_HINT_STACKLEVEL = 6
 
 
 class PathNotFound(MemostoreError, FileNotFoundError):
@@ -127,11 +114,9 @@ class PathArguments:
             if "." in name:
                 param, _, rest = name.partition(".")
                 self.inside.setdefault(param, []).append((name, rest.split(".")))
-        self._hint_pending = True
-        self._checked: set[str] = set()
 
     def apply(self, items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        """The call's (name, value) pairs as the key sees them; hints once if due."""
+        """The call's (name, value) pairs as the key sees them."""
         if self.declared:
             items = [
                 (name, self._keyed(name, value) if name in self.declared else value)
@@ -144,8 +129,6 @@ class PathArguments:
                 for dotted, attrs in self.inside.get(name, ()):
                     out.append((dotted, self._keyed(dotted, _reach(dotted, value, attrs))))
             items = out
-        if self._hint_pending:
-            self._hint(items)
         return items
 
     # -- declared parameters -------------------------------------------------------------
@@ -184,104 +167,6 @@ class PathArguments:
                 f"argument {name!r} of {self.symbol}: cannot read {text!r} ({exc.strerror})"
             ) from exc
 
-    # -- the hint ------------------------------------------------------------------------
-    def _hint(self, items: list[tuple[str, Any]]) -> None:
-        declared = self.declared | {d for found in self.inside.values() for d, _ in found}
-        for name, value in items:
-            if name in declared:
-                continue
-            for where, inner in _held_paths(name, value):
-                if where in declared:
-                    continue
-                found = self._existing(inner)
-                if found is None:
-                    if not self._hint_pending:
-                        return  # ever new strings: not paths, stop looking
-                    continue
-                text, kind = found
-                self._hint_pending = False
-                self._checked.clear()
-                held = "is" if where == name else f"holds {where} ="
-                warnings.warn(
-                    f"memostore: argument {name!r} of {self.symbol} {held} {text!r}, the path of "
-                    f"an existing {kind}; it is keyed by its name, not its content, so a changed "
-                    f"{kind} still hits and the same content elsewhere misses. To key it by "
-                    f"content, declare it: @memo(files=({where!r},))",
-                    MemostoreWarning,
-                    stacklevel=_HINT_STACKLEVEL,
-                )
-                return
-
-    def _existing(self, value: Any) -> tuple[str, str] | None:
-        """(path text, "file" or "directory") when *value* names an existing one."""
-        cls = type(value)
-        if cls is str:
-            if not value or len(value) > _PATH_MAX or value in self._checked:
-                return None
-            if any(c in value for c in _NOT_IN_PATHS):
-                return None
-            text = value
-        elif getattr(cls, "__fspath__", None) is not None and not isinstance(value, Snapshot):
-            try:
-                text = os.fsdecode(os.fspath(value))
-            except (TypeError, ValueError):
-                return None
-        else:
-            return None
-        kind = _existing_kind(text)
-        if kind is None:
-            if len(self._checked) >= _CHECKED_MAX:
-                self._hint_pending = False
-            elif cls is str:
-                self._checked.add(text)
-            return None
-        return text, kind
-
-
-# How far, and how much, the hint looks inside an argument for paths.
-_HELD_DEPTH = 2
-_HELD_MAX = 64
-
-
-def _held_paths(name: str, value: Any) -> list[tuple[str, Any]]:
-    """*value* itself, then the strs and paths it holds, as (dotted name, value).
-
-    Looks into containers, dataclasses and plain objects' attributes, two levels
-    down and 64 values at most; not into values that codecs store (tensors,
-    modules, arrays), which hold no paths worth a ``stat``.
-    """
-    out: list[tuple[str, Any]] = [(name, value)]
-    queue = [(name, value, 0)]
-    while queue and len(out) < _HELD_MAX:
-        where, obj, depth = queue.pop(0)
-        if depth >= _HELD_DEPTH:
-            continue
-        for step, inner in _members(obj):
-            at = f"{where}.{step}"
-            if isinstance(inner, (str, os.PathLike)):
-                out.append((at, inner))
-            elif depth + 1 < _HELD_DEPTH:
-                queue.append((at, inner, depth + 1))
-            if len(out) >= _HELD_MAX:
-                break
-    return out
-
-
-def _members(obj: Any) -> list[tuple[str, Any]]:
-    cls = type(obj)
-    if cls in (str, bytes, int, float, bool, type(None)) or isinstance(obj, os.PathLike):
-        return []
-    if cls is dict:
-        return [(k, v) for k, v in list(obj.items())[:_HELD_MAX] if type(k) is str]
-    if cls in (list, tuple):
-        return [(str(i), v) for i, v in enumerate(obj[:_HELD_MAX])]
-    if cls.__module__ != "builtins" and registry.for_type(cls) is not None:
-        return []  # tensors, modules, arrays, datasets: stored by their codecs
-    attrs = getattr(obj, "__dict__", None)
-    if not isinstance(attrs, dict) or isinstance(obj, type):
-        return []
-    return [(k, v) for k, v in list(attrs.items())[:_HELD_MAX] if not k.startswith("_")]
-
 
 def _reach(dotted: str, value: Any, attrs: list[str]) -> Any:
     """The value a dotted ``files=`` name names inside an argument."""
@@ -297,16 +182,6 @@ def _reach(dotted: str, value: Any, attrs: list[str]) -> Any:
                 f"{type(value).__qualname__} does not have; name an attribute or key it holds"
             ) from None
     return value
-
-
-def _existing_kind(text: str) -> str | None:
-    try:
-        st = os.stat(text)
-    except (OSError, ValueError):
-        return None
-    if stat.S_ISDIR(st.st_mode):
-        return "directory"
-    return "file"
 
 
 def _content_node(content: ContentDigest) -> dict[str, Any]:
