@@ -815,3 +815,26 @@ def test_an_installed_package_counts_by_its_version_whatever_else_was_imported(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
     )
     assert proc.stdout.split() == ["True", "True"], proc.stderr
+
+
+def test_a_project_holding_a_dist_info_stays_user_code(tmp_path: Path) -> None:
+    """A directory on sys.path with ``*.dist-info`` counts as installed packages,
+    except the user's own: their code must never be pinned by a version."""
+    project = tmp_path / "project"
+    (project / "stray-1.0.dist-info").mkdir(parents=True)
+    (project / "helpers.py").write_text("def f():\n    return 1\n")
+    vendored = tmp_path / "vendor"
+    (vendored / "lib-2.0.dist-info").mkdir(parents=True)
+    (vendored / "lib.py").write_text("def g():\n    return 2\n")
+    (project / "main.py").write_text(
+        "import sys\n"
+        f"sys.path.append({str(vendored)!r})\n"
+        "import helpers, lib\n"
+        "from memostore.code.deps import is_user_module\n"
+        "print(is_user_module(helpers), is_user_module(lib))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "main.py"], cwd=project, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]

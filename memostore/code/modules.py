@@ -65,10 +65,16 @@ def library_roots() -> tuple[Path, ...]:
         candidates += site.getsitepackages()
     with contextlib.suppress(Exception):  # a stripped-down site module: the others still count
         candidates.append(site.getusersitepackages())
+    # Never the user's own directories: a project that happens to hold a
+    # ``*.dist-info`` must not have its code pinned as a package (a stale hit).
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    user_dirs = [Path.cwd(), *([Path(main_file).resolve().parent] if main_file else [])]
     for entry in sys.path:
         with contextlib.suppress(OSError):
             if entry and any(Path(entry).glob("*.dist-info")):
-                candidates.append(entry)
+                resolved = Path(entry).resolve()
+                if not any(d.is_relative_to(resolved) for d in user_dirs):
+                    candidates.append(entry)
     roots: set[Path] = set()
     for candidate in candidates:
         if candidate:
