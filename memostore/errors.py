@@ -8,6 +8,10 @@ working. Messages say how to fix the problem where there is a fix.
 
 from __future__ import annotations
 
+import sys
+import warnings
+from types import FrameType
+
 
 class MemostoreError(Exception):
     """Root of every error memostore raises on purpose."""
@@ -19,6 +23,39 @@ class MemostoreWarning(Warning):
     A ``Warning`` but not a ``UserWarning``: ``filterwarnings("ignore",
     category=UserWarning)``, common in training scripts, does not silence it.
     """
+
+
+# A warning is attributed to the first frame outside these packages (and the
+# context managers they run through): the user's line, whatever the depth.
+_OUR_PACKAGES = frozenset({"memostore", "memostore_cli", "torch_codecs", "contextlib"})
+
+
+def warn(message: str) -> None:
+    """Issue a :class:`MemostoreWarning` that points at the user's code.
+
+    Every MemostoreWarning goes through here, so its file and line are those of
+    the first frame outside memostore, however deep the call that warns.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    level = 2  # the caller of warn()
+    while frame is not None and frame.f_back is not None and _is_ours(frame):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=level)
+
+
+def _is_ours(frame: FrameType) -> bool:
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and name.partition(".")[0] in _OUR_PACKAGES
+
+
+# memostore installs from a clone of its repository, extras included.
+_INSTALL = "pip install '.[{extra}]'"
+
+
+def install_hint(extra: str) -> str:
+    """How to install the optional packages of *extra*, for an error message."""
+    return f"run {_INSTALL.format(extra=extra)} in your memostore clone"
 
 
 class RemoteError(MemostoreError):

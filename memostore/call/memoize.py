@@ -37,7 +37,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from ..effects import draws, identity, process, seeding
 from ..effects.arguments import MISSING, Watched
@@ -47,6 +47,7 @@ from ..errors import (
     MemostoreError,
     ObjectNotFound,
     StaleCode,
+    warn,
 )
 from ..lifecycle import last_use
 from ..metrics import attach
@@ -97,7 +98,8 @@ __all__ = ["MemoizedFunction", "call_key", "memo"]
 # program's draws between this import and its first @memo must not hide it.
 seeding.meet(load_codecs=False)
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # What a look-up found under a ref it could not read (see _restore_if_moved).
 _DAMAGED_REF = "damaged"
@@ -107,22 +109,25 @@ def _symbol(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def _warn(message: str) -> None:
-    recording.warn(message, stacklevel=4)
-
-
 _fix = recording.fix
 
 # Hits whose arguments and code were checked in this process (see _heal), at most.
 _HEALED_MAX = 1 << 16
 
 
-class MemoizedFunction:
-    """A function whose calls are looked up in, and stored into, a store."""
+class MemoizedFunction(Generic[P, R]):
+    """A function whose calls are looked up in, and stored into, a store.
+
+    Typed as the function it wraps: ``MemoizedFunction[P, R]`` takes the
+    function's parameters ``P`` and returns its ``R``; :meth:`key` and
+    :meth:`lookup` take the same parameters.
+    """
+
+    __wrapped__: Callable[P, R]
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[P, R],
         *,
         ignore: Iterable[str] = (),
         files: Iterable[str] = (),
@@ -134,6 +139,7 @@ class MemoizedFunction:
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@memo needs a function, got {fn!r}")
+        _refuse_deferred(fn)
         _load_call_modules()
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
@@ -227,7 +233,7 @@ class MemoizedFunction:
             except EncodeError as exc:
                 self._unkeyable.add(name)
                 found = True
-                _warn(
+                warn(
                     f"{self.symbol} reads the global {name}, a {type(value).__qualname__} "
                     f"that cannot be hashed ({exc}); it is keyed by its type only, and changes "
                     f"to it are not replayed by hits. Pass it as an argument listed in "
@@ -235,11 +241,11 @@ class MemoizedFunction:
                 )
         return found
 
-    def key(self, *args: Any, **kwargs: Any) -> str:
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """The hex call key of these arguments (the body does not run)."""
         return self._prepare(args, kwargs).key
 
-    def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
+    def lookup(self, *args: P.args, **kwargs: P.kwargs) -> Evaluation | None:
         """The stored evaluation for these arguments, or None (the body does not run)."""
         call = self._prepare(args, kwargs)
         store = open_store(self._store)
@@ -252,7 +258,7 @@ class MemoizedFunction:
             return None
 
     # -- calls --------------------------------------------------------------------------------
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             call = self._prepare(args, kwargs)
         except EncodeError as exc:
@@ -260,7 +266,7 @@ class MemoizedFunction:
         try:
             store = open_store(self._store)
         except OSError as exc:
-            _warn(
+            warn(
                 f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
                 "running unstored"
             )
@@ -276,7 +282,7 @@ class MemoizedFunction:
             try:
                 store = open_store(self._store, check=True)
             except OSError as exc:
-                _warn(
+                warn(
                     f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
                     "running unstored"
                 )
@@ -389,7 +395,7 @@ class MemoizedFunction:
         except MemostoreError as exc:
             if seen is not None:
                 seen.append(_DAMAGED_REF)
-            _warn(f"ignoring damaged ref {ref}: {exc}")
+            warn(f"ignoring damaged ref {ref}: {exc}")
             return "its ref is damaged"
         if seen is not None:
             seen.append(evaluation_id)
@@ -412,7 +418,7 @@ class MemoizedFunction:
                 return self._prepare_hit(store, newer, call)
         except hits.NotUsable as exc:
             if exc.warn:
-                _warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
+                warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
             return exc.reason
         except UntrustedCode as exc:
             # Before StaleCode, its base: the gate has warned (once) with the fix; the
@@ -422,10 +428,10 @@ class MemoizedFunction:
         except StaleCode as exc:
             return f"code a stored value needs has changed ({exc})"
         except ObjectNotFound as exc:
-            _warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
+            warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
             return "the stored result is incomplete"
         except (DecodeError, MemostoreError, ValueError) as exc:
-            _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
+            warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
             return "the stored result cannot be restored"
 
     def _restore_if_moved(
@@ -502,7 +508,7 @@ class MemoizedFunction:
             storable = False
             with contextlib.suppress(OSError):
                 store.clear_pending(ctx.run_id)
-            _warn(
+            warn(
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
@@ -648,6 +654,25 @@ class MemoSeam:
         return self._fn._fn(*args, **kwargs)
 
 
+def _refuse_deferred(fn: Callable[..., Any]) -> None:
+    """Refuse a function whose call returns before its body runs: nothing to store."""
+    if inspect.isasyncgenfunction(fn):
+        kind, made, instead = "an async generator function", "an async generator", "a list"
+    elif inspect.isgeneratorfunction(fn):
+        kind, made, instead = "a generator function", "a generator", "a list"
+    elif inspect.iscoroutinefunction(fn):
+        kind, made, instead = "an async def function", "a coroutine", "its value"
+    else:
+        return
+    name = getattr(fn, "__qualname__", repr(fn))
+    raise MemostoreError(
+        f"@memo cannot memoise {name}, {kind}: a call returns {made} before the body "
+        f"runs, so there is no result to store. Memoise a plain def helper that "
+        f"returns {instead} (the materialised value), and "
+        + ("iterate over what it returns" if instead == "a list" else "call it from the coroutine")
+    )
+
+
 def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
     """Restored objects enter the caches with the digest from the store: no re-hash."""
     for obj, doc_id in decoder.restored:
@@ -665,7 +690,7 @@ def _remember_stored(result: Any, evaluation_id: str) -> None:
 
 
 @overload
-def memo(fn: F) -> F: ...
+def memo(fn: Callable[P, R]) -> MemoizedFunction[P, R]: ...
 
 
 @overload
@@ -679,7 +704,7 @@ def memo(
     rng: str = "lineage",
     wait: bool | float = True,
     distributed: str = "all",
-) -> Callable[[F], F]: ...
+) -> Callable[[Callable[P, R]], MemoizedFunction[P, R]]: ...
 
 
 def memo(
@@ -725,8 +750,13 @@ def memo(
             rank and the world size.
 
     Returns:
-        A callable with the function's name and docstring, ``__wrapped__``,
+        A :class:`MemoizedFunction` typed as the function (same parameters and
+        return type), with its name and docstring, ``__wrapped__``,
         ``.key(*args, **kwargs)`` and ``.lookup(*args, **kwargs)``.
+
+    Raises:
+        MemostoreError: *fn* is a generator or ``async def`` function, whose
+            calls return before the body runs (nothing to store).
     """
     if isinstance(ignore, str):
         ignore = (ignore,)
@@ -734,7 +764,7 @@ def memo(
         files = (files,)
     version_text = None if version is None else str(version)
 
-    def wrap(f: Callable[..., Any]) -> Any:
+    def wrap(f: Callable[P, R]) -> MemoizedFunction[P, R]:
         return MemoizedFunction(
             f,
             ignore=ignore,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import time
-import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..effects import draws
@@ -20,7 +19,7 @@ from ..effects.identity import relations_of
 from ..effects.places import RESULT
 from ..effects.relations import Relations
 from ..effects.replay import MISSING, NotReplayable, Planner
-from ..errors import EncodeError, GradientGraphError, MemostoreWarning
+from ..errors import EncodeError, GradientGraphError, warn
 from ..lifecycle import last_use
 from ..lifecycle.trigger import after_store
 from ..odb import index
@@ -46,10 +45,6 @@ if TYPE_CHECKING:
 
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def warn(message: str, stacklevel: int = 4) -> None:
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=stacklevel)
 
 
 def fix(exc: BaseException, store: Store | None) -> str:

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import os
 import stat
-import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import MemostoreError, MemostoreWarning
+from ..errors import MemostoreError, warn
 from .codecs import Codec, register_codec, registry
 from .file_digests import ContentDigest, PathKeyError, content_digest
 from .snapshot import Snapshot
@@ -35,8 +34,6 @@ _PATH_MAX = 4096
 _NOT_IN_PATHS = ("\0", "\n")
 # Distinct non-path strings remembered per function; past this, it is not checked any more.
 _CHECKED_MAX = 1024
-# warnings.warn -> _hint -> apply -> MemoizedFunction._bind -> _prepare -> __call__ -> caller
-_HINT_STACKLEVEL = 6
 
 
 class PathNotFound(MemostoreError, FileNotFoundError):
@@ -202,13 +199,11 @@ class PathArguments:
                 self._hint_pending = False
                 self._checked.clear()
                 held = "is" if where == name else f"holds {where} ="
-                warnings.warn(
-                    f"memostore: argument {name!r} of {self.symbol} {held} {text!r}, the path of "
+                warn(
+                    f"argument {name!r} of {self.symbol} {held} {text!r}, the path of "
                     f"an existing {kind}; it is keyed by its name, not its content, so a changed "
                     f"{kind} still hits and the same content elsewhere misses. To key it by "
-                    f"content, declare it: @memo(files=({where!r},))",
-                    MemostoreWarning,
-                    stacklevel=_HINT_STACKLEVEL,
+                    f"content, declare it: @memo(files=({where!r},))"
                 )
                 return
 
