@@ -531,7 +531,8 @@ class MemoizedFunction(Generic[P, R]):
                 process.end_environ(environ)
             status = "error" if isinstance(exc, Exception) else "interrupted"
             if storable and not isinstance(exc, GeneratorExit):
-                recording.record_failure(store, call, ctx, exc, status, started, t0)
+                duration = time.perf_counter() - t0
+                recording.record_failure(store, call, ctx, exc, status, started, duration)
                 with contextlib.suppress(OSError):
                     store.clear_pending(ctx.run_id)
             ctx.finalize(status)  # done already if recorded; else its journal would stay
@@ -542,7 +543,21 @@ class MemoizedFunction(Generic[P, R]):
             call.environ = process.end_environ(environ)
         if storable:
             rng_used = draws.end(rng_frame) if rng_frame is not None else {}
-            recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)
+            try:
+                recording.store_result(
+                    store, call, ctx, result, started, duration, rng_used, writer
+                )
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # Ctrl-C while the result is written: nothing is published, and the
+                # record says so, with the body's own duration (store_result warns
+                # about, and returns from, every Exception).
+                if call.stored is None:
+                    recording.record_failure(
+                        store, call, ctx, exc, "interrupted", started, duration
+                    )
+                    with contextlib.suppress(OSError):
+                        store.clear_pending(ctx.run_id)
+                raise
             if call.stored is not None:
                 _remember_stored(result, call.stored.id)
             with contextlib.suppress(OSError):

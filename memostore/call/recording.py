@@ -10,7 +10,6 @@ A failure to store never breaks the caller's computation: it is one warning.
 from __future__ import annotations
 
 import errno
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..effects import draws
@@ -348,8 +347,9 @@ def record_failure(
     exc: BaseException,
     status: str,
     started: float,
-    t0: float,
+    duration: float,
 ) -> None:
+    """Record a call whose body raised *exc* (or was interrupted) after *duration* seconds."""
     try:
         fields = base_fields(call, ctx, started)
         fields.update(
@@ -357,7 +357,7 @@ def record_failure(
             result_summary=None,
             status=status,
             error=error_record(exc),
-            duration_s=time.perf_counter() - t0,
+            duration_s=duration,
             payloads=dict(sorted(call.encoder.payloads.items())),
             logs=None,
         )
