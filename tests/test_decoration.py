@@ -85,3 +85,49 @@ def test_every_memostore_warning_goes_through_one_helper() -> None:
                 ):
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_a_store_path_that_is_a_file_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+    from memostore_cli.main import cli
+
+    from memostore.odb.store import Store as StoreClass
+
+    not_a_dir = tmp_path / "store-file"
+    not_a_dir.write_text("notes\n")
+    monkeypatch.setenv("MEMOSTORE_DIR", str(not_a_dir))
+
+    @memo
+    def double(n: int) -> int:
+        return 2 * n
+
+    # From code: the call still returns, and the warning says what to change.
+    with pytest.warns(MemostoreWarning, match=r"is a file.*MEMOSTORE_DIR.*directory"):
+        assert double(21) == 42
+    for path in (not_a_dir, not_a_dir / "inside"):
+        with pytest.raises(MemostoreError, match=r"MEMOSTORE_DIR") as info:
+            StoreClass(path)
+        assert "File exists" not in str(info.value)
+    # From the CLI: one line that names the fix, not "create one by running...".
+    result = CliRunner().invoke(cli, ["log"])
+    assert result.exit_code == 1, result.output
+    assert "is a file" in result.output and "MEMOSTORE_DIR" in result.output, result.output
+    assert "running a memoised function" not in result.output
+    assert not_a_dir.read_text() == "notes\n"
+
+
+def test_a_new_store_keeps_itself_out_of_git(tmp_path: Path) -> None:
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    Store(tmp_path / ".memostore")
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert status.stdout == "", status.stdout
