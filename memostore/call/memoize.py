@@ -322,7 +322,10 @@ class MemoizedFunction(Generic[P, R]):
                 verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
             elif hit == "":
                 recording.name_weight_miss(store, call)  # no stored call of this key at all
-            return self._compute(store, call, args, kwargs)
+            result = self._compute(store, call, args, kwargs)
+            if call.stored is not None and verbose.enabled():
+                verbose.report_stored(self.symbol, call.stored.id, call.stored.body)
+            return result
 
     def _miss_reason(self, store: Store, call: KeyedCall) -> str:
         try:
