@@ -131,3 +131,22 @@ def test_a_new_store_keeps_itself_out_of_git(tmp_path: Path) -> None:
         check=True,
     )
     assert status.stdout == "", status.stdout
+
+
+def test_a_misspelt_function_name_suggests_the_recorded_one(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from memostore_cli.main import cli
+
+    root = tmp_path / "store"
+
+    @memo(store=Store(root))
+    def train(n: int) -> int:
+        return n
+
+    train(1)
+    for args in (["show", "trian"], ["log", "trian"], ["diff", "trian", "train"], ["rm", "trian"]):
+        result = CliRunner().invoke(cli, ["--store", str(root), *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert "did you mean 'train'?" in result.output, (args, result.output)
+    far = CliRunner().invoke(cli, ["--store", str(root), "show", "zzzz_unrelated"])
+    assert "did you mean" not in far.output
