@@ -150,3 +150,67 @@ def test_a_misspelt_function_name_suggests_the_recorded_one(tmp_path: Path) -> N
         assert "did you mean 'train'?" in result.output, (args, result.output)
     far = CliRunner().invoke(cli, ["--store", str(root), "show", "zzzz_unrelated"])
     assert "did you mean" not in far.output
+
+
+# A site customisation that makes `import pygit2` fail, as where the git extra is not installed.
+_NO_PYGIT2 = """
+import importlib.abc
+import sys
+
+
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pygit2" or name.startswith("pygit2."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Absent())
+"""
+
+_CALL = """
+import json, sys
+from memostore import Store, memo
+
+@memo(store=sys.argv[1])
+def double(n):
+    return 2 * n
+
+assert double(21) == 42 and double(21) == 42
+print(json.dumps({"pygit2": "pygit2" in sys.modules,
+                  "provenance": double.lookup(21).provenance}))
+"""
+
+
+def test_provenance_is_recorded_without_pygit2(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_NO_PYGIT2)
+    project = tmp_path / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "call.py").write_text(_CALL)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    check = subprocess.run(
+        [sys.executable, "-c", "import pygit2"], env=env, capture_output=True, text=True
+    )
+    assert "No module named 'pygit2'" in check.stderr, check.stderr
+    done = subprocess.run(
+        [sys.executable, "call.py", str(tmp_path / "store")],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    provenance = report["provenance"]
+    assert not report["pygit2"]
+    assert provenance["python"] and provenance["host"] and provenance["pid"]
+    assert provenance["git"] == {"commit": None, "branch": None, "dirty": None, "root": None}
