@@ -225,6 +225,22 @@ def test_every_table_has_rows(page: Path) -> None:
     assert not empty, f"{page.relative_to(REPO)}: table headers without rows at lines {empty}"
 
 
+def test_install_commands_say_what_works_from_a_clone() -> None:
+    """memostore installs from a clone: no page or message sends users to an index."""
+    from memostore.errors import install_hint
+
+    places = [REPO / "README.md", *DOCS.rglob("*.md")]
+    for package in ("memostore", "cli", "torch_codecs"):
+        places += (REPO / package).rglob("*.py")
+    wrong = [
+        str(path.relative_to(REPO))
+        for path in places
+        if path.name != "changelog.md" and "memostore[" in path.read_text()
+    ]
+    assert not wrong, wrong
+    assert install_hint("ui") == "run pip install '.[ui]' in your memostore clone"
+
+
 def test_slug_matches_mkdocs() -> None:
     assert slug("`memostore log`") == "memostore-log"
     assert slug("Opting out: `ignore_global`") == "opting-out-ignore_global"
