@@ -89,6 +89,8 @@ class NodeDiffer:
         self.summaries = summaries
         self._reader = SummaryReader(objects, load_codecs=False)
         self._nodes: dict[str, tuple[Any, dict[int, Any]]] = {}
+        # Pairs of nodes (by identity) a diff has walked: each is reported once.
+        self._walked: set[tuple[Any, Any]] = set()
 
     # -- documents ------------------------------------------------------------------------
     def doc_node(self, doc_id: str) -> tuple[Any, dict[int, Any]]:
@@ -119,6 +121,7 @@ class NodeDiffer:
         a, side_a = self._resolve(a, side_a)
         b, side_b = self._resolve(b, side_b)
         out = ValueDiff(root_class=class_name(b) or class_name(a))
+        self._walked = set()
         for change in self._walk(a, side_a, b, side_b, "", 0):
             if len(out.changes) < MAX_CHANGES:
                 out.changes.append(change)
@@ -163,6 +166,14 @@ class NodeDiffer:
         b, sb = self._resolve(b, sb)
         if _same(a, b):
             return
+        if isinstance(a, dict) and isinstance(b, dict):
+            # One object reached by several paths (a model's parameter in its
+            # optimizer, the optimizer in its scheduler) is reported once, at the
+            # first path that reaches it.
+            pair = (_identity(a), _identity(b))
+            if pair in self._walked:
+                return
+            self._walked.add(pair)
         if depth >= MAX_DEPTH:
             yield self._leaf(path, a, b)
             return
@@ -345,6 +356,17 @@ def _kind(node: Any) -> str:
 # matches a list, nor a set a frozenset).
 _WALKERS["odict"] = NodeDiffer._mapping
 _WALKERS["frozenset"] = NodeDiffer._set
+
+
+def _identity(node: dict[str, Any]) -> Any:
+    """What names one object of a stored value: its node, or a tensor's bytes and layout.
+
+    A tensor stored twice (a parameter in its module and in its optimizer) has
+    two nodes over the same bytes: the same tensor to a reader of the diff.
+    """
+    if is_array_node(node):
+        return ("array", data_key(node), str(node_shape(node)), node_dtype(node))
+    return id(node)
 
 
 def _is_ref(node: Any) -> bool:
