@@ -47,8 +47,8 @@ from ..errors import (
     MemostoreError,
     ObjectNotFound,
     StaleCode,
-    warn,
 )
+from ..errors import warn as _warn
 from ..lifecycle import last_use
 from ..metrics import attach
 from ..odb.store import Store
@@ -233,7 +233,7 @@ class MemoizedFunction(Generic[P, R]):
             except EncodeError as exc:
                 self._unkeyable.add(name)
                 found = True
-                warn(
+                _warn(
                     f"{self.symbol} reads the global {name}, a {type(value).__qualname__} "
                     f"that cannot be hashed ({exc}); it is keyed by its type only, and changes "
                     f"to it are not replayed by hits. Pass it as an argument listed in "
@@ -266,7 +266,7 @@ class MemoizedFunction(Generic[P, R]):
         try:
             store = open_store(self._store)
         except OSError as exc:
-            warn(
+            _warn(
                 f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
                 "running unstored"
             )
@@ -282,7 +282,7 @@ class MemoizedFunction(Generic[P, R]):
             try:
                 store = open_store(self._store, check=True)
             except OSError as exc:
-                warn(
+                _warn(
                     f"cannot open the store for {self.symbol} ({exc}){_fix(exc, None)}; "
                     "running unstored"
                 )
@@ -398,7 +398,7 @@ class MemoizedFunction(Generic[P, R]):
         except MemostoreError as exc:
             if seen is not None:
                 seen.append(_DAMAGED_REF)
-            warn(f"ignoring damaged ref {ref}: {exc}")
+            _warn(f"ignoring damaged ref {ref}: {exc}")
             return "its ref is damaged"
         if seen is not None:
             seen.append(evaluation_id)
@@ -421,7 +421,7 @@ class MemoizedFunction(Generic[P, R]):
                 return self._prepare_hit(store, newer, call)
         except hits.NotUsable as exc:
             if exc.warn:
-                warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
+                _warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
             return exc.reason
         except UntrustedCode as exc:
             # Before StaleCode, its base: the gate has warned (once) with the fix; the
@@ -431,10 +431,10 @@ class MemoizedFunction(Generic[P, R]):
         except StaleCode as exc:
             return f"code a stored value needs has changed ({exc})"
         except ObjectNotFound as exc:
-            warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
+            _warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
             return "the stored result is incomplete"
         except (DecodeError, MemostoreError, ValueError) as exc:
-            warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
+            _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
             return "the stored result cannot be restored"
 
     def _restore_if_moved(
@@ -511,7 +511,7 @@ class MemoizedFunction(Generic[P, R]):
             storable = False
             with contextlib.suppress(OSError):
                 store.clear_pending(ctx.run_id)
-            warn(
+            _warn(
                 f"cannot store the arguments of {self.symbol} ({exc}){_fix(exc, store)}; "
                 "running unstored"
             )
