@@ -139,13 +139,13 @@ def test_export_without_tensorboard_names_the_extra(
     for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
-    with pytest.raises(MemostoreError, match=r"pip install 'memostore\[tensorboard\]'"):
+    with pytest.raises(MemostoreError, match=r"pip install '\.\[tensorboard\]' in your"):
         export_tensorboard(store, [evaluation_id], tmp_path / "tb")
     result = _invoke(
         store, ["export", "tensorboard", evaluation_id, "--logdir", str(tmp_path / "tb")]
     )
     assert result.exit_code != 0
-    assert "memostore[tensorboard]" in str(result.exception or result.output)
+    assert "pip install '.[tensorboard]'" in str(result.exception or result.output)
 
 
 def test_plot_overlays_evaluations(trained: tuple[Store, str]) -> None:

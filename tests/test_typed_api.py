@@ -74,3 +74,8 @@ def test_the_package_declares_its_types() -> None:
     import memostore
 
     assert (Path(memostore.__file__).parent / "py.typed").is_file()
+
+
+def test_ci_runs_mypy_strict_on_the_example() -> None:
+    lines = (REPO / "scripts" / "test").read_text().splitlines()
+    assert any(line.startswith("mypy --strict examples/typed_usage.py") for line in lines)
