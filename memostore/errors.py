@@ -31,16 +31,11 @@ _OUR_PACKAGES = frozenset({"memostore", "memostore_cli", "torch_codecs", "contex
 
 
 def warn(message: str) -> None:
-    """Issue a :class:`MemostoreWarning` that points at the user's code.
-
-    Every MemostoreWarning goes through here, so its file and line are those of
-    the first frame outside memostore, however deep the call that warns.
-    """
+    """Issue every :class:`MemostoreWarning`: at the first frame outside memostore."""
     frame: FrameType | None = sys._getframe(1)
     level = 2  # the caller of warn()
     while frame is not None and frame.f_back is not None and _is_ours(frame):
-        frame = frame.f_back
-        level += 1
+        frame, level = frame.f_back, level + 1
     warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=level)
 
 
@@ -49,13 +44,9 @@ def _is_ours(frame: FrameType) -> bool:
     return isinstance(name, str) and name.partition(".")[0] in _OUR_PACKAGES
 
 
-# memostore installs from a clone of its repository, extras included.
-_INSTALL = "pip install '.[{extra}]'"
-
-
 def install_hint(extra: str) -> str:
-    """How to install the optional packages of *extra*, for an error message."""
-    return f"run {_INSTALL.format(extra=extra)} in your memostore clone"
+    """How to install the optional packages of *extra* (memostore installs from a clone)."""
+    return f"run pip install '.[{extra}]' in your memostore clone"
 
 
 class RemoteError(MemostoreError):

@@ -674,20 +674,20 @@ class MemoSeam:
 
 def _refuse_deferred(fn: Callable[..., Any]) -> None:
     """Refuse a function whose call returns before its body runs: nothing to store."""
-    if inspect.isasyncgenfunction(fn):
-        kind, made, instead = "an async generator function", "an async generator", "a list"
-    elif inspect.isgeneratorfunction(fn):
-        kind, made, instead = "a generator function", "a generator", "a list"
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        kind, made = "a generator function", "a generator"
+        instead = "a list (the materialised value), and iterate over what it returns"
+        if inspect.isasyncgenfunction(fn):
+            kind, made = "an async generator function", "an async generator"
     elif inspect.iscoroutinefunction(fn):
-        kind, made, instead = "an async def function", "a coroutine", "its value"
+        kind, made = "an async def function", "a coroutine"
+        instead = "its value (the materialised value), and call it from the coroutine"
     else:
         return
-    name = getattr(fn, "__qualname__", repr(fn))
     raise MemostoreError(
-        f"@memo cannot memoise {name}, {kind}: a call returns {made} before the body "
-        f"runs, so there is no result to store. Memoise a plain def helper that "
-        f"returns {instead} (the materialised value), and "
-        + ("iterate over what it returns" if instead == "a list" else "call it from the coroutine")
+        f"@memo cannot memoise {getattr(fn, '__qualname__', fn)}, {kind}: a call returns "
+        f"{made} before the body runs, so there is no result to store. Memoise a plain "
+        f"def helper that returns {instead}"
     )
 
 
