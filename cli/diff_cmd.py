@@ -31,7 +31,7 @@ def diff(
     Everything is read from the store; no stored value is restored.
 
     With one REV: would the same call hit today? A function you name (not an
-    evaluation id) of an importable module is imported as `python` in the
+    evaluation id) of an importable module is imported as 'python' in the
     current directory would import it; otherwise, and for one defined in a
     script or notebook cell, today's source text is checked (the recorded
     script, or --source): read, never run.

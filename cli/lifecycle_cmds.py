@@ -64,7 +64,7 @@ def du(state: State, target: str | None, top: int, as_json: bool) -> None:
     """Show what the store holds on disk: per function, per evaluation, in total.
 
     An evaluation's exclusive bytes are what the next gc frees if it alone goes
-    (`memostore rm`); its shared bytes are what it reaches that others reach
+    (memostore rm); its shared bytes are what it reaches that others reach
     too (a tensor two results hold, the result of a parent it was computed from).
     With FUNCTION, each of its evaluations; with REV, that one evaluation.
     """
@@ -282,7 +282,7 @@ def rm(state: State, targets: tuple[str, ...], dry_run: bool, as_json: bool) -> 
 
     A FUNCTION name removes all of its evaluations (NAME~0 names its newest
     only). A tagged evaluation is refused until its tag is deleted
-    (`memostore tag -d NAME`). What another evaluation still reaches (the
+    (memostore tag -d NAME). What another evaluation still reaches (the
     result of a parent it was computed from) stays until that one goes too.
     """
     from memostore.lifecycle.removal import remove_evaluations
@@ -332,10 +332,10 @@ def rm(state: State, targets: tuple[str, ...], dry_run: bool, as_json: bool) -> 
 def tag(
     state: State, name: str | None, rev: str | None, delete: bool, force: bool, as_json: bool
 ) -> None:
-    """Pin evaluations by name: `tag NAME REV` sets, `tag -d NAME` deletes, `tag` lists.
+    """Pin evaluations by name: tag NAME REV sets, tag -d NAME deletes, tag lists.
 
     A tagged evaluation is kept by gc, never evicted, and refused by
-    `memostore rm`; NAME is a revision wherever REV is taken (`memostore show NAME`).
+    memostore rm; NAME is a revision wherever REV is taken (memostore show NAME).
     """
     from memostore.odb import tags
 

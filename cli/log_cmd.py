@@ -101,8 +101,8 @@ def log(
 
     One line per evaluation: short id, function, arguments, status, age and
     duration. Evaluations still in progress are listed with status
-    ``running`` (and their run id); one whose process died is recorded as
-    ``interrupted`` first. With --metrics, --csv or --md, a table with a column
+    "running" (and their run id); one whose process died is recorded as
+    "interrupted" first. With --metrics, --csv or --md, a table with a column
     per hyper-parameter and per chosen metric. With --sort last-used, each
     evaluation's last use and hit count are shown too.
     """

@@ -208,7 +208,7 @@ def export_tensorboard(state: State, revs: tuple[str, ...], logdir: Path) -> Non
     """Write TensorBoard event files for evaluations' logs (one run each).
 
     Scalars, histograms, images, text and hyper-parameters go into the same
-    run directory. Needs the tensorboard package: pip install 'memostore[tensorboard]'.
+    run directory. Needs the tensorboard package (the tensorboard extra).
     """
     from memostore.metrics import tb_export
 

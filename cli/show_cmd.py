@@ -25,7 +25,7 @@ def show(state: State, rev: str, as_json: bool) -> None:
 
     REV is an evaluation id, a unique prefix of at least 4 hex digits, a
     function name (its newest evaluation) or NAME~N (the N-th older one). An
-    evaluation still running is named by its run id (see `memostore log`) or
+    evaluation still running is named by its run id (see memostore log) or
     by its function; it shows the metrics logged so far.
     """
     from memostore.inspect.inspection import show_record

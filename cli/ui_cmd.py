@@ -33,7 +33,7 @@ def ui(state: State, host: str, port: int) -> None:
     (Ctrl-C). Pages: the runs table with charts of the selected runs, one
     evaluation, the diff of two, the lineage graph. With no store there yet,
     it serves a page saying how to log a first run, and shows the store once
-    it appears. It needs the 'ui' extra (pip install 'memostore[ui]').
+    it appears. It needs the 'ui' extra.
     """
     from memostore.ui import INSTALL_HINT, missing_requirements
 

@@ -77,14 +77,18 @@ def train(loader: DataLoader, epochs: int, lr: float):
     writer = SummaryWriter()
     step = 0
     for epoch in range(epochs):
+        total = 0.0
         for x, y in loader:
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             writer.add_scalar("loss", loss.item(), step)
+            total += loss.item()
             step += 1
         writer.add_scalar("lr", sched.get_last_lr()[0], epoch)
+        # Printed by a run that trains; a restored call prints nothing.
+        print(f"    epoch {epoch + 1}/{epochs}: mean loss {total / len(loader):.4f}", flush=True)
         sched.step()
     writer.close()
     return model, opt, sched

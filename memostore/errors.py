@@ -8,6 +8,10 @@ working. Messages say how to fix the problem where there is a fix.
 
 from __future__ import annotations
 
+import sys
+import warnings
+from types import FrameType
+
 
 def _escape(code: int) -> str:
     return f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}"
@@ -59,6 +63,30 @@ class MemostoreWarning(Warning):
 
     def __str__(self) -> str:
         return printable(super().__str__(), lines=True)
+
+
+# A warning is attributed to the first frame outside these packages (and the
+# context managers they run through): the user's line, whatever the depth.
+_OUR_PACKAGES = frozenset({"memostore", "memostore_cli", "torch_codecs", "contextlib"})
+
+
+def warn(message: str) -> None:
+    """Issue every :class:`MemostoreWarning`: at the first frame outside memostore."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 2  # the caller of warn()
+    while frame is not None and frame.f_back is not None and _is_ours(frame):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=level)
+
+
+def _is_ours(frame: FrameType) -> bool:
+    name = frame.f_globals.get("__name__")
+    return isinstance(name, str) and name.partition(".")[0] in _OUR_PACKAGES
+
+
+def install_hint(extra: str) -> str:
+    """How to install the optional packages of *extra* (memostore installs from a clone)."""
+    return f"run pip install '.[{extra}]' in your memostore clone"
 
 
 class RemoteError(MemostoreError):

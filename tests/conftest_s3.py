@@ -26,7 +26,7 @@ def s3_server() -> Iterator[str]:
     account's settings.
     """
     if not moto_available():
-        pytest.skip("moto[server] and boto3 are needed: pip install 'memostore[dev]'")
+        pytest.skip("moto[server] and boto3 are needed: pip install '.[dev]' in the clone")
     with pytest.MonkeyPatch.context() as mp:
         for key, value in DUMMY_AWS_ENV.items():
             mp.setenv(key, value)

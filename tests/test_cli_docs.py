@@ -71,3 +71,27 @@ def test_global_options_are_documented() -> None:
     globals_table = text.split("## Global options", 1)[1].split("\n## ", 1)[0]
     documented = set(_OPTION.findall(globals_table))
     assert documented == click_options(cli) | {"-h", "--help"}
+
+
+def _every_command(command: click.Command, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    found = [path]
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            found += _every_command(sub, (*path, name))
+    return found
+
+
+def test_no_help_text_shows_markup() -> None:
+    """Help is plain text in a terminal: no reST or Markdown backticks, in any command."""
+    marked = {}
+    for path in _every_command(cli, ("memostore",)):
+        command: click.Command = cli
+        for name in path[1:]:
+            assert isinstance(command, click.Group)
+            command = command.commands[name]
+        with click.Context(command, info_name=" ".join(path)) as ctx:
+            lines = [line for line in command.get_help(ctx).splitlines() if "`" in line]
+        if lines:
+            marked[" ".join(path)] = lines
+    assert len(_every_command(cli, ("memostore",))) > 20
+    assert not marked, marked

@@ -664,3 +664,35 @@ def test_a_comparison_past_its_budget_says_it_stopped(tmp_path: Path, store_dir:
     assert report["args"]["values"]["stopped"] is True
     shown = run_cli(store_dir, "diff", ids[1], ids[0])
     assert shown.returncode == 0 and "the comparison stopped here" in shown.stdout
+
+
+def test_a_result_object_reached_by_two_paths_is_listed_once(store_dir: Path) -> None:
+    """(model, opt, sched): the optimizer's tensors show once, not again under sched.optimizer."""
+    import torch
+
+    from memostore import memo
+    from memostore.inspect.comparison import diff_records
+
+    @memo
+    def fit(lr: float) -> tuple:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        model(torch.ones(4, 3)).sum().backward()
+        opt.step()
+        sched.step()
+        return model, opt, sched
+
+    fit(0.1)
+    fit(0.2)
+    first, second = fit.lookup(0.1), fit.lookup(0.2)
+    assert first is not None and second is not None
+    report = diff_records(Store(store_dir), first.id, second.id)["result"]
+    paths = [t["path"] for t in report["tensors"]]
+    assert paths, report
+    assert len(paths) == len(set(paths)), paths
+    # Each distinct tensor once, where the model holds it: the optimizer's
+    # parameters are the model's, and the scheduler's optimizer is the optimizer
+    # (the first step's moments do not depend on lr: equal on both sides).
+    assert paths == ["[0].weight", "[0].bias"], paths

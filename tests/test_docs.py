@@ -24,6 +24,7 @@ stored. Keep runnable examples fast (tiny tensors, no downloads): a block gets
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -208,6 +209,36 @@ def test_relative_links_resolve(page: Path) -> None:
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(f"{target} (no heading #{anchor} in {resolved.name})")
     assert not broken, f"{page.relative_to(REPO)}: broken links: {broken}"
+
+
+@pytest.mark.parametrize("page", pages(), ids=_ids(pages()))
+def test_every_table_has_rows(page: Path) -> None:
+    """A table header with no rows swallows the paragraph after it into a table."""
+    lines = page.read_text().splitlines()
+    empty = [
+        number + 1
+        for number, (line, rule) in enumerate(itertools.pairwise(lines))
+        if line.startswith("|")
+        and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", rule.strip())
+        and not (number + 2 < len(lines) and lines[number + 2].startswith("|"))
+    ]
+    assert not empty, f"{page.relative_to(REPO)}: table headers without rows at lines {empty}"
+
+
+def test_install_commands_say_what_works_from_a_clone() -> None:
+    """memostore installs from a clone: no page or message sends users to an index."""
+    from memostore.errors import install_hint
+
+    places = [REPO / "README.md", *DOCS.rglob("*.md")]
+    for package in ("memostore", "cli", "torch_codecs"):
+        places += (REPO / package).rglob("*.py")
+    wrong = [
+        str(path.relative_to(REPO))
+        for path in places
+        if path.name != "changelog.md" and "memostore[" in path.read_text()
+    ]
+    assert not wrong, wrong
+    assert install_hint("ui") == "run pip install '.[ui]' in your memostore clone"
 
 
 def test_slug_matches_mkdocs() -> None:

@@ -9,6 +9,7 @@ holds at the end; a run of hits must print the same as a run of misses.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from conftest import run_script, write_script
+from memostore_cli.main import cli
+
+from memostore import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -348,9 +353,17 @@ def test_verbose_lines_say_hit_and_miss(tmp_path: Path) -> None:
     )
     proc = _run(script, env={"MEMOSTORE_DIR": str(tmp_path / "s"), "MEMOSTORE_VERBOSE": "1"})
     lines = [line for line in proc.stderr.splitlines() if line.startswith("memostore:")]
-    assert len(lines) == 2
-    assert re.match(r"memostore: double: miss [0-9a-f]{8} \(.+\)$", lines[0])
-    assert re.match(r"memostore: double: hit [0-9a-f]{8} \(saved \d+\.\d s\)$", lines[1])
+    assert len(lines) == 3, lines
+    # Each id says its kind: the call key on a miss, then the evaluation id that
+    # `memostore log` lists, once stored and on every hit.
+    miss = re.match(r"memostore: double: miss key ([0-9a-f]{8}) \(.+\)$", lines[0])
+    stored = re.match(r"memostore: double: stored eval ([0-9a-f]{8}) \(ran \d+\.\d s\)$", lines[1])
+    hit = re.match(r"memostore: double: hit eval ([0-9a-f]{8}) \(saved \d+\.\d s\)$", lines[2])
+    assert miss and stored and hit, lines
+    assert stored[1] == hit[1] != miss[1]
+    logged = CliRunner().invoke(cli, ["--store", str(tmp_path / "s"), "log", "--json"])
+    [entry] = [e for e in json.loads(logged.output) if e["id"].startswith(hit[1])]
+    assert Store(tmp_path / "s").evaluation(entry["id"]).body["key"].startswith(miss[1])
     quiet = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,

@@ -183,7 +183,7 @@ def test_without_the_extra_it_exits_1_naming_the_pip_command(seeded: Path) -> No
         [sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 1
-    assert "pip install 'memostore[ui]'" in proc.stderr
+    assert "pip install '.[ui]' in your memostore clone" in proc.stderr
     assert proc.stdout == ""
 
 

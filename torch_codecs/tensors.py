@@ -25,12 +25,16 @@ itself stored) restore as independent copies.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 
-from memostore.errors import EncodeError, GradientGraphError, MalformedObject, MemostoreWarning
+from memostore.errors import (
+    EncodeError,
+    GradientGraphError,
+    MalformedObject,
+    warn,
+)
 from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
@@ -404,10 +408,8 @@ def target_device(text: str, dec: Any) -> torch.device:
     warned = dec.session.setdefault(_SESSION_WARNED, set())
     if device.type not in warned:
         warned.add(device.type)
-        warnings.warn(
-            f"memostore: tensors stored on {text} are restored on the CPU because "
-            f"{device.type} is not available here",
-            MemostoreWarning,
-            stacklevel=2,
+        warn(
+            f"tensors stored on {text} are restored on the CPU because "
+            f"{device.type} is not available here"
         )
     return torch.device("cpu")

@@ -37,7 +37,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from ..effects import draws, identity, process, reads, seeding
 from ..effects.arguments import MISSING, Watched
@@ -48,6 +48,7 @@ from ..errors import (
     ObjectNotFound,
     StaleCode,
 )
+from ..errors import warn as _warn
 from ..lifecycle import last_use
 from ..metrics import attach
 from ..odb.store import Store
@@ -98,7 +99,8 @@ __all__ = ["MemoizedFunction", "call_key", "memo"]
 # program's draws between this import and its first @memo must not hide it.
 seeding.meet(load_codecs=False)
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # What a look-up found under a ref it could not read (see _restore_if_moved).
 _DAMAGED_REF = "damaged"
@@ -108,22 +110,25 @@ def _symbol(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def _warn(message: str) -> None:
-    recording.warn(message, stacklevel=4)
-
-
 _fix = recording.fix
 
 # Hits whose arguments and code were checked in this process (see _heal), at most.
 _HEALED_MAX = 1 << 16
 
 
-class MemoizedFunction:
-    """A function whose calls are looked up in, and stored into, a store."""
+class MemoizedFunction(Generic[P, R]):
+    """A function whose calls are looked up in, and stored into, a store.
+
+    Typed as the function it wraps: ``MemoizedFunction[P, R]`` takes the
+    function's parameters ``P`` and returns its ``R``; :meth:`key` and
+    :meth:`lookup` take the same parameters.
+    """
+
+    __wrapped__: Callable[P, R]
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[P, R],
         *,
         ignore: Iterable[str] = (),
         files: Iterable[str] = (),
@@ -135,6 +140,7 @@ class MemoizedFunction:
     ) -> None:
         if not callable(fn):
             raise TypeError(f"@memo needs a function, got {fn!r}")
+        _refuse_deferred(fn)
         _load_call_modules()
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
@@ -236,11 +242,11 @@ class MemoizedFunction:
                 )
         return found
 
-    def key(self, *args: Any, **kwargs: Any) -> str:
+    def key(self, *args: P.args, **kwargs: P.kwargs) -> str:
         """The hex call key of these arguments (the body does not run)."""
         return self._prepare(args, kwargs).key
 
-    def lookup(self, *args: Any, **kwargs: Any) -> Evaluation | None:
+    def lookup(self, *args: P.args, **kwargs: P.kwargs) -> Evaluation | None:
         """The stored evaluation for these arguments, or None (the body does not run).
 
         None too for one a call would not be served: pulled, and signed by no
@@ -257,7 +263,7 @@ class MemoizedFunction:
             return None
 
     # -- calls --------------------------------------------------------------------------------
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             call = self._prepare(args, kwargs)
         except EncodeError as exc:
@@ -321,7 +327,10 @@ class MemoizedFunction:
                 verbose.report_miss(self.symbol, call.key, hit or self._miss_reason(store, call))
             elif hit == "":
                 recording.name_weight_miss(store, call)  # no stored call of this key at all
-            return self._compute(store, call, args, kwargs)
+            result = self._compute(store, call, args, kwargs)
+            if call.stored is not None and verbose.enabled():
+                verbose.report_stored(self.symbol, call.stored.id, call.stored.body)
+            return result
 
     def _miss_reason(self, store: Store, call: KeyedCall) -> str:
         try:
@@ -530,7 +539,8 @@ class MemoizedFunction:
                 reads.drop(observed)
             status = "error" if isinstance(exc, Exception) else "interrupted"
             if storable and not isinstance(exc, GeneratorExit):
-                recording.record_failure(store, call, ctx, exc, status, started, t0)
+                duration = time.perf_counter() - t0
+                recording.record_failure(store, call, ctx, exc, status, started, duration)
                 with contextlib.suppress(OSError):
                     store.clear_pending(ctx.run_id)
             ctx.finalize(status)  # done already if recorded; else its journal would stay
@@ -541,7 +551,21 @@ class MemoizedFunction:
             call.reads = reads.end(observed)
         if storable:
             rng_used = draws.end(rng_frame) if rng_frame is not None else {}
-            recording.store_result(store, call, ctx, result, started, duration, rng_used, writer)
+            try:
+                recording.store_result(
+                    store, call, ctx, result, started, duration, rng_used, writer
+                )
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # Ctrl-C while the result is written: nothing is published, and the
+                # record says so, with the body's own duration (store_result warns
+                # about, and returns from, every Exception).
+                if call.stored is None:
+                    recording.record_failure(
+                        store, call, ctx, exc, "interrupted", started, duration
+                    )
+                    with contextlib.suppress(OSError):
+                        store.clear_pending(ctx.run_id)
+                raise
             if call.stored is not None:
                 _remember_stored(result, call.stored.id)
             with contextlib.suppress(OSError):
@@ -653,6 +677,25 @@ class MemoSeam:
         return self._fn._fn(*args, **kwargs)
 
 
+def _refuse_deferred(fn: Callable[..., Any]) -> None:
+    """Refuse a function whose call returns before its body runs: nothing to store."""
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        kind, made = "a generator function", "a generator"
+        instead = "a list (the materialised value), and iterate over what it returns"
+        if inspect.isasyncgenfunction(fn):
+            kind, made = "an async generator function", "an async generator"
+    elif inspect.iscoroutinefunction(fn):
+        kind, made = "an async def function", "a coroutine"
+        instead = "its value (the materialised value), and call it from the coroutine"
+    else:
+        return
+    raise MemostoreError(
+        f"@memo cannot memoise {getattr(fn, '__qualname__', fn)}, {kind}: a call returns "
+        f"{made} before the body runs, so there is no result to store. Memoise a plain "
+        f"def helper that returns {instead}"
+    )
+
+
 def _remember_restored(decoder: Decoder, evaluation_id: str) -> None:
     """Restored objects enter the caches with the digest from the store: no re-hash."""
     for obj, doc_id in decoder.restored:
@@ -670,7 +713,7 @@ def _remember_stored(result: Any, evaluation_id: str) -> None:
 
 
 @overload
-def memo(fn: F) -> F: ...
+def memo(fn: Callable[P, R]) -> MemoizedFunction[P, R]: ...
 
 
 @overload
@@ -684,7 +727,7 @@ def memo(
     rng: str = "lineage",
     wait: bool | float = True,
     distributed: str = "all",
-) -> Callable[[F], F]: ...
+) -> Callable[[Callable[P, R]], MemoizedFunction[P, R]]: ...
 
 
 def memo(
@@ -730,8 +773,13 @@ def memo(
             rank and the world size.
 
     Returns:
-        A callable with the function's name and docstring, ``__wrapped__``,
+        A :class:`MemoizedFunction` typed as the function (same parameters and
+        return type), with its name and docstring, ``__wrapped__``,
         ``.key(*args, **kwargs)`` and ``.lookup(*args, **kwargs)``.
+
+    Raises:
+        MemostoreError: *fn* is a generator or ``async def`` function, whose
+            calls return before the body runs (nothing to store).
     """
     if isinstance(ignore, str):
         ignore = (ignore,)
@@ -739,7 +787,7 @@ def memo(
         files = (files,)
     version_text = None if version is None else str(version)
 
-    def wrap(f: Callable[..., Any]) -> Any:
+    def wrap(f: Callable[P, R]) -> MemoizedFunction[P, R]:
         return MemoizedFunction(
             f,
             ignore=ignore,

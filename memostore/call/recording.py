@@ -10,8 +10,6 @@ A failure to store never breaks the caller's computation: it is one warning.
 from __future__ import annotations
 
 import errno
-import time
-import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..effects import draws, reads
@@ -20,7 +18,7 @@ from ..effects.identity import relations_of
 from ..effects.places import RESULT
 from ..effects.relations import Relations
 from ..effects.replay import MISSING, NotReplayable, Planner
-from ..errors import EncodeError, GradientGraphError, MemostoreWarning
+from ..errors import EncodeError, GradientGraphError, warn
 from ..lifecycle import last_use
 from ..lifecycle.trigger import after_store
 from ..odb import index
@@ -47,10 +45,6 @@ if TYPE_CHECKING:
 
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def warn(message: str, stacklevel: int = 4) -> None:
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=stacklevel)
 
 
 def fix(exc: BaseException, store: Store | None) -> str:
@@ -355,8 +349,9 @@ def record_failure(
     exc: BaseException,
     status: str,
     started: float,
-    t0: float,
+    duration: float,
 ) -> None:
+    """Record a call whose body raised *exc* (or was interrupted) after *duration* seconds."""
     try:
         fields = base_fields(call, ctx, started)
         fields.update(
@@ -364,7 +359,7 @@ def record_failure(
             result_summary=None,
             status=status,
             error=error_record(exc),
-            duration_s=time.perf_counter() - t0,
+            duration_s=duration,
             payloads=dict(sorted(call.encoder.payloads.items())),
             logs=None,
         )

@@ -2,12 +2,15 @@
 
 Off by default. ``MEMOSTORE_VERBOSE=1`` in the environment turns it on for a
 process, :func:`set_verbose` from code (it wins over the environment). Lines
-go to standard error, as joblib's ``verbose`` does::
+go to standard error, as joblib's ``verbose`` does. Each id says its kind: a
+``key`` is the call key (``f.key(...)``), an ``eval`` the evaluation id that
+``memostore log`` lists and ``memostore show`` takes::
 
-    memostore: train: hit 3f2a9c1d (saved 19.5 s)
-    memostore: train: miss 8be0d2a7 (lr changed)
-    memostore: train: hit 3f2a9c1d (saved 19.5 s; unseeded RNG (torch): served the stored run)
-    memostore: train: miss 5c01b7e4 (seeded: start state differs (the global RNG torch ...))
+    memostore: train: miss key 8be0d2a7 (lr changed)
+    memostore: train: stored eval 3f2a9c1d (ran 19.5 s)
+    memostore: train: hit eval 3f2a9c1d (saved 19.5 s)
+    memostore: train: hit eval 3f2a9c1d (saved 19.5 s; unseeded RNG (torch): served the stored run)
+    memostore: train: miss key 5c01b7e4 (seeded: start state differs (the global RNG torch ...))
 
 Single-flight waits and take-overs (``single_flight.py``) are always reported,
 verbose or not: a call waiting for another process would otherwise look hung.
@@ -56,16 +59,27 @@ def _emit(text: str) -> None:
 
 def report_hit(symbol: str, evaluation_id: str, body: dict[str, Any], note: str = "") -> None:
     """Say that a call hit, what it saved, and *note* (how its RNG condition held)."""
-    saved = body.get("duration_s")
-    notes = [f"saved {saved:.1f} s"] if isinstance(saved, (int, float)) else []
-    if note:
-        notes.append(note)
-    tail = f" ({'; '.join(notes)})" if notes else ""
-    _emit(f"{_name(symbol)}: hit {evaluation_id[:8]}{tail}")
+    _report(symbol, "hit eval", evaluation_id, "saved", body, note)
+
+
+def report_stored(symbol: str, evaluation_id: str, body: dict[str, Any]) -> None:
+    """Say under which evaluation id a miss was recorded, and how long its body ran."""
+    _report(symbol, "stored eval", evaluation_id, "ran", body)
 
 
 def report_miss(symbol: str, key: str, reason: str) -> None:
-    _emit(f"{_name(symbol)}: miss {key[:8]} ({reason})")
+    _emit(f"{_name(symbol)}: miss key {key[:8]} ({reason})")
+
+
+def _report(
+    symbol: str, what: str, evaluation_id: str, took: str, body: dict[str, Any], note: str = ""
+) -> None:
+    seconds = body.get("duration_s")
+    notes = [f"{took} {seconds:.1f} s"] if isinstance(seconds, (int, float)) else []
+    if note:
+        notes.append(note)
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    _emit(f"{_name(symbol)}: {what} {evaluation_id[:8]}{tail}")
 
 
 def report_single_flight(symbol: str, text: str) -> None:

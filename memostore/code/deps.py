@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ from typing import Any, TypeVar
 
 import blake3
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 from ..odb.objects import hash_parts
 from .fallback import CODE_FALLBACK, class_fallback, code_fallback, describe
 from .graph import Closure
@@ -304,11 +303,7 @@ def _warn(failures: list[tuple[str, str, str]]) -> None:
         if (symbol, why) in _warned:
             continue
         _warned.add((symbol, why))
-        warnings.warn(
-            f"memostore could not scan the code of {symbol} ({why}); {instead}",
-            MemostoreWarning,
-            stacklevel=4,
-        )
+        warn(f"could not scan the code of {symbol} ({why}); {instead}")
 
 
 def data_globals(obj: Any) -> tuple[DataGlobal, ...]:

@@ -36,6 +36,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from ..call import recording
+from ..errors import warn
 from ..records.evaluation import summarize
 from ..values.codecs import registry
 from ..values.encoding import Encoder, HashSink, StoreSink
@@ -184,10 +185,9 @@ class Agreement:
         return [row[1:].hex() if row[:1] == _OK else None for row in rows]
 
     def _warn(self, reason: str) -> None:
-        recording.warn(
+        warn(
             f"the result of {self.symbol} on rank {self.group.rank} is not stored: {reason}; "
-            "it is returned, and the next call will run the function again",
-            stacklevel=6,
+            "it is returned, and the next call will run the function again"
         )
 
 

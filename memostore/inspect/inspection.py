@@ -15,7 +15,7 @@ from ..errors import MemostoreError
 from ..odb import index
 from ..odb.index import iso_time
 from ..odb.objects import KIND_CODE
-from ..odb.revisions import find_function, listed_evaluations
+from ..odb.revisions import did_you_mean, find_function, listed_evaluations
 from ..odb.tags import tags_naming
 from ..records.names import call_arguments, display_names
 from ..trust.signers import signer_info
@@ -75,7 +75,8 @@ def log_records(
         symbol, listed, problems = find_function(store, function)
         if symbol is None:
             raise RevisionNotFound(
-                f"no evaluations of a function named {function!r}; "
+                f"no evaluations of a function named {function!r}"
+                f"{did_you_mean(store, function)}; "
                 "run `memostore log` to see the recorded functions"
             )
     records = [log_record(e) for e in listed]

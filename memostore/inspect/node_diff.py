@@ -102,12 +102,13 @@ class NodeDiffer:
     ) -> None:
         self.objects = objects
         self.steps_left = max_steps
-        self._compared: set[tuple[int, int]] = set()
+        self._compared: set[tuple[Any, Any]] = set()
         self.docs = docs or {}
         self.numeric = numeric
         self.summaries = summaries
         self._reader = SummaryReader(objects, load_codecs=False)
         self._nodes: dict[str, tuple[Any, dict[int, Any]]] = {}
+        # Pairs of nodes (by identity) a diff has walked: each is reported once.
 
     # -- documents ------------------------------------------------------------------------
     def doc_node(self, doc_id: str) -> tuple[Any, dict[int, Any]]:
@@ -138,6 +139,7 @@ class NodeDiffer:
         a, side_a = self._resolve(a, side_a)
         b, side_b = self._resolve(b, side_b)
         out = ValueDiff(root_class=class_name(b) or class_name(a))
+        self._compared = set()
         try:
             for change in self._walk(a, side_a, b, side_b, "", 0):
                 if len(out.changes) < MAX_CHANGES:
@@ -189,10 +191,12 @@ class NodeDiffer:
         if _same(a, b):
             return
         if isinstance(a, (dict, list)) and isinstance(b, (dict, list)):
-            # Nodes live as long as the differ holds their documents: ids stay theirs.
-            pair = (id(a), id(b))
+            # One object reached by several paths (a config node's back reference
+            # to its parent; a model's parameter in its optimizer, the optimizer in
+            # its scheduler) is compared, and reported, once: at the first path.
+            pair = (_identity(a), _identity(b))
             if pair in self._compared:
-                return  # reached again (a back reference): its differences are found once
+                return
             self._compared.add(pair)
         if depth >= MAX_DEPTH:
             yield self._leaf(path, a, b)
@@ -376,6 +380,17 @@ def _kind(node: Any) -> str:
 # matches a list, nor a set a frozenset).
 _WALKERS["odict"] = NodeDiffer._mapping
 _WALKERS["frozenset"] = NodeDiffer._set
+
+
+def _identity(node: dict[str, Any] | list[Any]) -> Any:
+    """What names one object of a stored value: its node, or a tensor's bytes and layout.
+
+    A tensor stored twice (a parameter in its module and in its optimizer) has
+    two nodes over the same bytes: the same tensor to a reader of the diff.
+    """
+    if isinstance(node, dict) and is_array_node(node):
+        return ("array", data_key(node), str(node_shape(node)), node_dtype(node))
+    return id(node)
 
 
 def _is_ref(node: Any) -> bool:

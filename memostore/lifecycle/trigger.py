@@ -20,11 +20,10 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -122,4 +121,4 @@ def read_tail(path: Path, since: float) -> list[dict[str, Any]]:
 def _warn_evicted(root: Path, since: float) -> None:
     for record in read_tail(root / LOGS_DIRNAME / LOG_NAME, since):
         if record.get("started_by") == os.getpid() and record.get("message"):
-            warnings.warn(f"memostore: {record['message']}", MemostoreWarning, stacklevel=5)
+            warn(record["message"])

@@ -24,11 +24,10 @@ import importlib.util
 import inspect
 import os
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import MemostoreError, MemostoreWarning
+from ..errors import MemostoreError, install_hint, warn
 
 ENV = "MEMOSTORE_EVENT_FILES"
 BACKENDS = {"torch": "torch.utils.tensorboard.writer", "tensorboardx": "tensorboardX.writer"}
@@ -61,7 +60,7 @@ def choose(event_files: bool | str | None) -> str | None:
         return text
     message = f"event_files={value!r} names no writer: use True, 'torch' or 'tensorboardX'"
     if from_env:
-        warnings.warn(f"memostore: {ENV}: {message}", MemostoreWarning, stacklevel=3)
+        warn(f"{ENV}: {message}")
         return None
     raise ValueError(message)
 
@@ -73,10 +72,10 @@ def _first_installed(from_env: bool) -> str | None:
         return "tensorboardx"
     message = (
         "writing event files needs the tensorboard or tensorboardX package "
-        "(pip install 'memostore[tensorboard]')"
+        f"({install_hint('tensorboard')})"
     )
     if from_env:
-        warnings.warn(f"memostore: {message}; none are written", MemostoreWarning, stacklevel=4)
+        warn(f"{message}; none are written")
         return None
     raise MemostoreError(message)
 

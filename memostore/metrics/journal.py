@@ -35,7 +35,6 @@ import sys
 import threading
 import time
 import uuid
-import warnings
 import weakref
 import zlib
 from array import array
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 
 REC_HEADER = 1
 REC_SCALARS = 2
@@ -350,12 +349,7 @@ def _drop_huge_steps(
     # Rare path: the hot path does not range-check steps, so points whose step
     # does not fit int64 (as TensorBoard's would not) are dropped here, loudly.
     keep = [i for i, s in enumerate(steps) if -(1 << 63) <= s < (1 << 63)]
-    warnings.warn(
-        f"memostore: dropped {len(steps) - len(keep)} point(s) of {tag!r} whose step "
-        "does not fit in 64 bits",
-        MemostoreWarning,
-        stacklevel=2,
-    )
+    warn(f"dropped {len(steps) - len(keep)} point(s) of {tag!r} whose step does not fit in 64 bits")
     return [steps[i] for i in keep], [values[i] for i in keep], [walls[i] for i in keep]
 
 

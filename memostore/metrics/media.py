@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..errors import install_hint
 from ..records import context, standalone
 from . import convert, inputs, media_encode
 from .event_kinds import CUSTOM_SCALARS_TAG, GRAPH_TAG, SCALAR_STYLE
@@ -354,7 +355,7 @@ class MediaMethods:
         warn_once(
             ("needs tensorboard", method),
             f"{method} converts graphs with torch.utils.tensorboard, which needs the "
-            f"tensorboard package (pip install 'memostore[tensorboard]'): {exc}; "
+            f"tensorboard package ({install_hint('tensorboard')}): {exc}; "
             "the graph is not recorded",
         )
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from ..odb.store import Store
 
 _BARS = "▁▂▃▄▅▆▇█"
+# A series whose range is below this fraction of its magnitude is drawn flat.
+_FLAT = 1e-6
 _SUMMARY_FIELDS = ("first", "last", "min", "max")
 
 
@@ -163,7 +165,9 @@ def sparkline(values: Any, width: int = 20) -> str:
     """A one-line sketch of a series with block characters (``▁▂▃▄▅▆▇█``).
 
     The series is cut into *width* equal runs of points; each character is the
-    mean of its run's finite values (a blank when it has none).
+    mean of its run's finite values (a blank when it has none). A series whose
+    range is below a millionth of its magnitude (a constant, give or take the
+    rounding of the means) is drawn flat.
     """
     data = np.asarray(values, dtype=np.float64).reshape(-1)
     if data.size == 0 or width <= 0:
@@ -180,11 +184,14 @@ def sparkline(values: Any, width: int = 20) -> str:
         return " " * width
     lo, hi = means[known].min(), means[known].max()
     span = hi - lo
+    # Averaging a constant series leaves rounding noise between runs; stretched to
+    # full height it would draw a wave. Below float32's resolution, it is flat.
+    flat = not span > _FLAT * max(abs(lo), abs(hi))
     chars = []
     for mean, ok in zip(means.tolist(), known.tolist(), strict=True):
         if not ok:
             chars.append(" ")
-        elif span <= 0 or not np.isfinite(span):
+        elif flat or not np.isfinite(span):
             chars.append(_BARS[len(_BARS) // 2 - 1])
         else:
             level = int((mean - lo) / span * (len(_BARS) - 1) + 0.5)

@@ -21,11 +21,10 @@ import fcntl
 import os
 import socket
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 from ..odb.lockfile import pid_alive
 from ..odb.objects import Links
 from . import journal as jr
@@ -66,11 +65,7 @@ def recover_orphans(store: Store) -> list[str]:
         try:
             evaluation_id = _recover_one(store, path, now)
         except Exception as exc:
-            warnings.warn(
-                f"memostore: could not recover the metric journal {path}: {exc}",
-                MemostoreWarning,
-                stacklevel=2,
-            )
+            warn(f"could not recover the metric journal {path}: {exc}")
             continue
         if evaluation_id:
             recorded.append(evaluation_id)

@@ -21,7 +21,7 @@ the same sessions for the export as for torch's files. An evaluation that
 called ``add_hparams`` nowhere is one session of its main run instead, its
 call's scalar arguments as hyper-parameters and its scalars as metrics.
 
-Needs the ``tensorboard`` package (``pip install 'memostore[tensorboard]'``);
+Needs the ``tensorboard`` package (the ``tensorboard`` extra);
 nothing else in memostore does.
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MemostoreError
+from ..errors import MemostoreError, install_hint
 from ..odb.inside import join_beneath
 from . import tb_hparams, tb_media
 from .read import load_events, load_manifest, load_series
@@ -46,7 +46,7 @@ from .runs import export_plan, safe_dir
 if TYPE_CHECKING:
     from ..odb.store import Store
 
-INSTALL_HINT = "pip install 'memostore[tensorboard]'"
+INSTALL_HINT = install_hint("tensorboard")
 _FILE_SUFFIX = ".memostore"
 
 

@@ -17,12 +17,11 @@ import itertools
 import os
 import socket
 import time
-import warnings
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 from ..records import context, standalone
 from ..records.group import other_rank
 from . import event_files as written_through
@@ -43,7 +42,7 @@ def warn_once(key: Any, message: str) -> None:
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=4)
+    warn(message)
 
 
 def wall_time(walltime: Any) -> float:

@@ -17,6 +17,7 @@ hex digits alone, so the first never hides a tag).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -131,6 +132,17 @@ def find_function(
     return None, [], {}
 
 
+def did_you_mean(store: Store, query: str) -> str:
+    """``"; did you mean 'train'?"`` for the recorded function names close to *query*, or ""."""
+    names: set[str] = set()
+    for entry in index.load(store).values():
+        module, _, qualname = entry["function"].partition(":")
+        if qualname and module != "run":
+            names.add(qualname.rpartition(".")[2])  # a method or a local function: its name
+    close = difflib.get_close_matches(query, sorted(names), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(n) for n in close)}?" if close else ""
+
+
 def _newest_first(entry: dict[str, Any]) -> tuple[float, str]:
     started = entry.get("started")
     return (-(started if isinstance(started, (int, float)) else 0.0), entry["id"])
@@ -205,7 +217,7 @@ def _resolve_base(store: Store, base: str, rev: str) -> str:
     _, listed, _ = find_function(store, base)
     if listed:
         return listed[0]["id"]  # newest first
-    raise RevisionNotFound(f"unknown revision {rev!r}; " + _HOW_TO_NAME)
+    raise RevisionNotFound(f"unknown revision {rev!r}{did_you_mean(store, base)}; " + _HOW_TO_NAME)
 
 
 def _older_of(store: Store, evaluation_id: str, older: int, rev: str) -> str:

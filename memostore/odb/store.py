@@ -60,6 +60,7 @@ class Store:
             self._config: dict[str, Any] = {}
             return
         root = Path(path).expanduser().absolute()
+        _refuse_file(root)
         if not (root / "FORMAT").exists():
             if not create:
                 raise StoreNotFound(
@@ -271,10 +272,30 @@ def _json_type(value: object) -> str:
     return names.get(type(value), "a number")
 
 
+def _refuse_file(root: Path) -> None:
+    """Refuse a store path that is a file, or lies under one (mkdir would say "File exists")."""
+    for path in (root, *root.parents):
+        if path.is_dir():
+            return
+        if path.exists():
+            where = "is a file" if path == root else f"is inside {path}, a file"
+            raise StoreNotFound(
+                f"the store path {root} {where}, not a memostore store: point $MEMOSTORE_DIR "
+                "(or --store, or @memo(store=...)) at a directory, which is created if "
+                "missing, or move the file away"
+            )
+
+
 def _initialise(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("objects", "refs", "tmp"):
         (root / sub).mkdir(exist_ok=True)
+    # A store inside a git work tree stays out of `git status`, as a .venv does.
+    ignore = root / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(
+            "# created by memostore: a store is not committed (memostore push shares it)\n*\n"
+        )
     fmt = root / "FORMAT"
     tmp = root / f"FORMAT.{os.getpid()}.{threading.get_ident()}.tmp"
     tmp.write_text(FORMAT_LINE)

@@ -53,9 +53,7 @@ class EvalContext:
 
     def finalize(self, status: str) -> dict[str, Any]:
         """Run every finalizer once; errors in one never stop the others."""
-        import warnings
-
-        from ..errors import MemostoreWarning
+        from ..errors import warn
 
         fields: dict[str, Any] = {}
         finalizers, self._finalizers = self._finalizers, []
@@ -63,11 +61,7 @@ class EvalContext:
             try:
                 fields.update(fn(self, status) or {})
             except Exception as exc:
-                warnings.warn(
-                    f"memostore: could not finish recording {self.function}: {exc}",
-                    MemostoreWarning,
-                    stacklevel=2,
-                )
+                warn(f"could not finish recording {self.function}: {exc}")
         return fields
 
 

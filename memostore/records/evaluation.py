@@ -37,12 +37,11 @@ An evaluation document's body (``docs/format.md``)::
 from __future__ import annotations
 
 import traceback as tb_module
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 from ..odb.objects import (
     KIND_CODE,
     KIND_EVALUATION,
@@ -215,9 +214,7 @@ def record_run(ctx: EvalContext, status: str) -> str | None:
         index.record(ctx.store, doc.id, doc.body)
         return doc.id
     except Exception as exc:
-        warnings.warn(
-            f"memostore: could not record run {ctx.function}: {exc}", MemostoreWarning, stacklevel=2
-        )
+        warn(f"could not record run {ctx.function}: {exc}")
         return None
 
 

@@ -46,7 +46,8 @@ def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
 def git_state(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Commit, branch and dirty flag of the git repository holding *path*.
 
-    Returns empty fields, never an error, outside a repository or without pygit2.
+    Returns empty fields, never an error, outside a repository or without pygit2
+    (the optional ``git`` extra: imported here, on first use, only).
     Untracked files do not make a tree dirty (only changes to tracked files do).
     """
     empty: dict[str, Any] = {"commit": None, "branch": None, "dirty": None, "root": None}

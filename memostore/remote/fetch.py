@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import RefError
+from ..errors import RefError, warn
 from ..odb.refs import check_ref_name
 from ..transport.config import RemoteConfig
 from . import reach
@@ -78,7 +78,7 @@ def fetch_on_miss(store: Store, ref_name: str) -> str | None:
         except Exception as exc:
             # A damaged object or a refused request: this evaluation is not
             # fetched, the call computes it, and other keys may still be fetched.
-            reach.warn(
+            warn(
                 f"could not fetch {ref_name} from remote {reach.label(remote)}: {exc}; "
                 "computing locally"
             )
@@ -123,7 +123,7 @@ def _fetch_from(store: Store, remote: RemoteConfig, ref_name: str) -> str | None
     reach.mark_up(key)
     if ref_name in report.skipped:
         reason = report.skipped[ref_name]
-        reach.warn(f"remote {reach.label(remote)} holds a ref {ref_name} that {reason}; ignored")
+        warn(f"remote {reach.label(remote)} holds a ref {ref_name} that {reason}; ignored")
         return None
     try:
         return store.refs.read(ref_name)

@@ -89,7 +89,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MemostoreError
+from ..errors import MemostoreError, warn
 from ..odb import leases as local_leases
 from ..odb import lockfile
 from ..transport.config import RemoteConfig
@@ -244,7 +244,7 @@ class RemoteLease:
             if self._ref in report.skipped:
                 raise MemostoreError(report.skipped[self._ref])
         except Exception as exc:
-            reach.warn(
+            warn(
                 f"could not publish the result of {function} ({evaluation_id[:8]}) to remote "
                 f"{reach.label(self._remote)}: {exc}; it is stored here "
                 "(`memostore push` sends it), "

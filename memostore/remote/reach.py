@@ -9,14 +9,12 @@ seconds, and each kind of trouble is one :class:`MemostoreWarning` per process.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 from ..transport.config import RemoteConfig, list_remotes, open_remote
 
 if TYPE_CHECKING:
@@ -93,23 +91,6 @@ def transport_for(remote: RemoteConfig, purpose: str = "fetch") -> Transport:
 
 def label(remote: RemoteConfig) -> str:
     return f"{remote.name} ({remote.url})" if remote.name else remote.url
-
-
-def warn(message: str) -> None:
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=_caller_level())
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _caller_level() -> int:
-    """The stacklevel of the first frame outside memostore: the user's call."""
-    frame = sys._getframe(1)  # warn, where warnings.warn is called (level 1)
-    level = 1
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
 
 
 def warn_once(key: Any, message: str) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     MalformedObject,
     MemostoreError,
-    MemostoreWarning,
     ObjectNotFound,
     RefError,
+    warn,
 )
 from ..odb import index
 from ..odb.objects import FORMAT_VERSION, KIND_EVALUATION, Doc, is_object_id
@@ -323,11 +322,9 @@ def _warn_skipped(report: SyncReport) -> None:
         return
     shown = "; ".join(f"{n}: {r}" for n, r in sorted(report.skipped.items())[:3])
     more = f"; and {len(report.skipped) - 3} more" if len(report.skipped) > 3 else ""
-    warnings.warn(
-        f"memostore: {report.direction} {report.remote} skipped {len(report.skipped)} "
-        f"ref(s) and moved the rest ({shown}{more})",
-        MemostoreWarning,
-        stacklevel=3,
+    warn(
+        f"{report.direction} {report.remote} skipped {len(report.skipped)} "
+        f"ref(s) and moved the rest ({shown}{more})"
     )
 
 

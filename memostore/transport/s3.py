@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..errors import install_hint
 from .base import (
     Listed,
     NotFoundOnRemote,
@@ -75,7 +76,7 @@ def _import_boto3() -> Any:
         import boto3
     except ImportError as exc:
         raise RemoteError(
-            "s3:// remotes need boto3; install the s3 extra: pip install 'memostore[s3]'"
+            f"s3:// remotes need boto3, in the s3 extra: {install_hint('s3')}"
         ) from exc
     return boto3
 

@@ -7,16 +7,13 @@ memo hit meeting the same value again is a quiet miss.
 
 from __future__ import annotations
 
-import sys
 import threading
-import warnings
 from typing import Any, NoReturn
 
-from ..errors import DecodeError, MemostoreWarning, StaleCode
+from ..errors import DecodeError, StaleCode, warn
 
 _warned: set[Any] = set()
 _lock = threading.Lock()
-_OUR_PACKAGES = frozenset({"memostore", "torch_codecs"})
 
 
 class UntrustedCode(StaleCode):
@@ -73,19 +70,4 @@ def warn_once(key: Any, message: str) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(f"memostore: {message}", MemostoreWarning, stacklevel=_caller_level())
-
-
-def _caller_level() -> int:
-    """The stacklevel of the first frame outside memostore and its codecs: the user's call."""
-    frame = sys._getframe(2)  # the caller of warn_once, which calls warnings.warn
-    level = 2
-    while frame.f_back is not None and _is_ours(frame):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-def _is_ours(frame: Any) -> bool:
-    name = frame.f_globals.get("__name__")
-    return isinstance(name, str) and name.partition(".")[0] in _OUR_PACKAGES
+    warn(message)

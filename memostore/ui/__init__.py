@@ -4,15 +4,17 @@ The server (:mod:`.app`, Starlette on uvicorn) answers JSON queries that
 :mod:`.queries` and :mod:`.pages` compute from the store's listing functions,
 logs manifests and metrics readers; the page (``static/``) draws the charts
 with plotly.js, taken from the plotly package, so nothing is fetched from the
-network. These packages are the ``ui`` extra: ``pip install 'memostore[ui]'``.
+network. These packages are the ``ui`` extra: ``pip install '.[ui]'`` in a clone.
 """
 
 from __future__ import annotations
 
 import importlib.util
 
+from ..errors import install_hint
+
 REQUIREMENTS = ("starlette", "uvicorn", "plotly")
-INSTALL_HINT = "pip install 'memostore[ui]'"
+INSTALL_HINT = install_hint("ui")
 
 
 def missing_requirements() -> list[str]:

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import MemostoreError
+from ..errors import MemostoreError, install_hint
 from .charts import Charts
 from .empty import empty_page
 from .guard import TokenGuard
@@ -46,7 +46,7 @@ def _plotly_js() -> Path:
     """plotly.min.js as the plotly package ships it (found without importing plotly)."""
     spec = importlib.util.find_spec("plotly")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the plotly package is not installed: pip install 'memostore[ui]'")
+        raise RuntimeError(f"the plotly package is not installed: {install_hint('ui')}")
     return Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
 
 

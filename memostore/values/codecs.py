@@ -16,12 +16,11 @@ encoding must be canonical: equal values, equal nodes, in any process.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..errors import MemostoreWarning
+from ..errors import warn
 
 if TYPE_CHECKING:
     from .codec_api import DecodeContext, EncodeContext, ReplayPlan
@@ -254,11 +253,9 @@ class CodecRegistry:
                 except ImportError:
                     continue  # the package's own dependency (e.g. torch) is missing
                 except Exception as exc:
-                    warnings.warn(
-                        f"memostore: codec package {ep.value} failed to register ({exc}); "
-                        "its types are stored by pickling instead",
-                        MemostoreWarning,
-                        stacklevel=2,
+                    warn(
+                        f"codec package {ep.value} failed to register ({exc}); "
+                        "its types are stored by pickling instead"
                     )
             self._resolved.clear()
             return len(self._by_tag) != before

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DecodeError, MalformedObject, MemostoreError
+from ..errors import DecodeError, MalformedObject, MemostoreError, install_hint
 from ..odb.objects import KIND_VALUE
 from ..trust.state import enum_by_value
 from .codecs import CodecRegistry, registry
@@ -166,7 +166,7 @@ class Decoder:
             if codec is None:
                 raise DecodeError(
                     f"no codec for {tag!r}: install the package that stores it "
-                    f"(for torch values: pip install 'memostore[torch]')"
+                    f"(for torch values: {install_hint('torch')})"
                 )
             obj = codec.decode(node, self)
         self._label(node, obj)

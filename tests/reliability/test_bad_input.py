@@ -355,6 +355,52 @@ def test_ctrl_c_in_a_running_script(tmp_path: Path) -> None:
     _noted("Ctrl-C (SIGINT) in a running script")
 
 
+def test_ctrl_c_while_the_result_is_stored(tmp_path: Path) -> None:
+    """A real SIGINT while the result is written: recorded as interrupted by it, not lost.
+
+    The result's ``__reduce__`` (run by the encoder as it stores the result) says
+    so and waits, so the signal arrives while the result is being stored.
+    """
+    root = tmp_path / "store"
+    script = tmp_path / "interrupted_store.py"
+    script.write_text(
+        "import sys, time\n"
+        "from memostore import memo\n"
+        "class Slow:\n"
+        "    def __reduce__(self):\n"
+        "        print('storing', flush=True)\n"
+        "        sys.stdin.readline()  # the signal ends this wait\n"
+        "        return (Slow, ())\n"
+        "@memo(store=sys.argv[1])\n"
+        "def body(n):\n"
+        "    time.sleep(0.3)\n"
+        "    return Slow()\n"
+        "body(1)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "storing"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
+    store = Store(root)
+    assert not list(store.refs.iter("evals/")), "nothing may be published as the result"
+    failed = [store.evaluation(eid).body for _, eid in store.refs.iter("failed/")]
+    assert len(failed) == 1, failed
+    record = failed[0]
+    assert record["status"] == "interrupted"
+    assert record["error"]["type"] == "builtins.KeyboardInterrupt", record["error"]
+    assert record["duration_s"] >= 0.3, "the body's own duration"
+    _clean(root)
+    assert not fsck_problems(root)
+    _noted("Ctrl-C (SIGINT) while the result is stored")
+
+
 # -- a read-only store -----------------------------------------------------------------------
 def _check_read_only(root: Path, keep_root: Path, before: dict[str, str]) -> str:
     """On a store that refuses writes: hits still served; a miss warns and returns."""
