@@ -644,7 +644,7 @@ def test_explaining_a_miss_on_an_omegaconf_config_edited_in_place_ends(
         assert width(cfg) == 16
     finally:
         set_verbose(None)
-    lines = re.findall(r"memostore: [\w.<>]+: miss \w+ \((.*)\)", capsys.readouterr().err)
+    lines = re.findall(r"memostore: [\w.<>]+: miss key \w+ \((.*)\)", capsys.readouterr().err)
     assert lines[0] == "first call"
     assert "['model']" in lines[1] and "['hidden']" in lines[1], lines[1]
 
