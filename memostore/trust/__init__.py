@@ -8,7 +8,8 @@ without running their code (:mod:`.state`); and it loads code stored by value
 only when this machine wrote it or pulled it from a trusted remote
 (:mod:`.origins`), and only if it hashes to its digest. :mod:`.gate` is the one
 place that decides; ``docs/reliability.md`` ("Decoding: what a stored value
-may run") lists the rules for users and ``docs/threat-model.md`` what a
+may run") lists the rules for users, :mod:`.sizes` what each call may
+allocate (charged to the decode budget before it runs), and ``docs/threat-model.md`` what a
 remote's writer can and cannot do.
 """
 
@@ -24,6 +25,7 @@ from .registry import (
     register_safe_rule,
     safe_globals,
 )
+from .sizes import register_sizer
 
 __all__ = [
     "DEFAULT_SAFE_GLOBALS",
@@ -35,6 +37,7 @@ __all__ = [
     "allow_state_family",
     "get_safe_globals",
     "register_safe_rule",
+    "register_sizer",
     "register_state_family",
     "safe_globals",
 ]
