@@ -111,9 +111,11 @@ def tensor_dtype(name: Any) -> torch.dtype:
     """
     dtype = TENSOR_DTYPES.get(name) if isinstance(name, str) else None
     if dtype is None:
+        ours = name in _NATIVE_NAMES or name in _COMPLEX_AS_PAIRS
         raise DecodeError(
             f"a stored tensor has dtype {str(name)[:40]!r}, which is not restored "
-            f"({_restored_text()}); restore the value with the torch version that stored it"
+            f"({_restored_text()})"
+            + ("; restore the value with the torch version that stored it" if ours else "")
         )
     return dtype
 
