@@ -95,8 +95,12 @@ def call_size(args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
     scale = math.prod(v for v in values if type(v) is float and v > 1)
     if not scale < 2**62:
         return 1 << 62
-    numel = max([1, *(v.numel() for v in values if isinstance(v, torch.Tensor))])
+    # Plain tensors only: a subclass's numel() may be code of its own (__torch_function__).
+    numel = max([1, *(v.numel() for v in values if type(v) in _PLAIN_TENSORS)])
     return 16 * product(values) * math.ceil(scale) * numel + copies(args, kwargs)
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def _sized(obj: Any) -> bool:

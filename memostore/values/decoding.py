@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from ..trust.gate import TrustContext
 
 
+# Types of the JSON scalars a document holds, each node its own value (see Decoder.node).
+_SCALARS = frozenset({type(None), bool, int, float, str})
 _FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 # An int too big for a JSON number: hex digits, "-" first when negative.
 _HEX_INT = re.compile(r"-?[0-9a-f]+")
@@ -188,6 +190,9 @@ class Decoder:
                 if node and isinstance(node[0], dict) and node[0].get("$") == "label":
                     self._frames[-1].labels[node[0]["k"]] = out
                     items = node[1:]
+                if len(items) >= 64 and _SCALARS.issuperset(map(type, items)):
+                    out.extend(items)  # each its own value: checked in C, not item by item
+                    return out
                 for item in items:
                     out.append(self.node(item))
                 return out
