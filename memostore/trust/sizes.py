@@ -109,10 +109,6 @@ class Sizers:
         self._names = dict(names)
         self._rules: list[SizeRule] = []
 
-    def add(self, name: str, sizer: Sizer) -> None:
-        with self._lock:
-            self._names[name] = sizer
-
     def add_rule(self, rule: SizeRule) -> None:
         with self._lock:
             if rule not in self._rules:
