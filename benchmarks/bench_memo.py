@@ -1,6 +1,7 @@
 """@memo against joblib.Memory, and blob writes against a plain write + fsync.
 
 Run: python benchmarks/bench_memo.py [--blob-mib 1024] [--calls 20000] [--repeat 5]
+[--list-items 5000000]
 
 Hit overhead is measured twice: in this process with the store passed to
 ``@memo``, and as a user runs it, in a script of its own with ``$MEMOSTORE_DIR``
@@ -137,6 +138,40 @@ def bench_hit_overhead_script(root: Path, calls: int = 20_000, repeat: int = 5) 
     )
 
 
+def bench_key_plain_list(root: Path, items: int, repeat: int = 3) -> dict:
+    """Keying ``f(list(range(N)))`` against what pickling and hashing the list costs."""
+    import pickle
+
+    from blake3 import blake3
+
+    from memostore import Store, memo
+
+    value = list(range(items))
+    keyed = memo(store=Store(root / "ms-key"))(_work)
+
+    def theirs() -> None:
+        blake3(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+
+    times = rotate({"ours": lambda: keyed.key(value), "pickle": theirs}, repeat)
+    report(
+        f"key f(list(range({items:,})))",
+        times["ours"],
+        times["pickle"],
+        "pickle.dumps + blake3",
+        "<= 2x",
+    )
+    return result(
+        "memo.key_plain_list",
+        f"Key of a call whose argument is a plain list of {items:,} ints",
+        ours=times["ours"],
+        baseline=times["pickle"],
+        baseline_name="pickle.dumps + blake3",
+        kind="max",
+        limit=2.0,
+        note=f"median of {repeat}",
+    )
+
+
 def bench_blob_write(root: Path, mib: int, repeat: int = 5) -> dict:
     import numpy as np
 
@@ -190,12 +225,14 @@ def main() -> list[dict]:
     parser.add_argument("--blob-mib", type=int, default=1024)
     parser.add_argument("--calls", type=int, default=20_000, help="hits per timed round")
     parser.add_argument("--repeat", type=int, default=7, help="timed runs of each measurement")
+    parser.add_argument("--list-items", type=int, default=5_000_000, help="items of the keyed list")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         return [
             bench_hit_overhead(root, args.calls, args.repeat),
             bench_hit_overhead_script(root, args.calls, args.repeat),
+            bench_key_plain_list(root, args.list_items, min(args.repeat, 3)),
             bench_blob_write(root, args.blob_mib, args.repeat),
         ]
 

@@ -165,6 +165,10 @@ class DecodeError(MemostoreError, ValueError):
     """A stored value cannot be restored."""
 
 
+class DecodeBudgetExceeded(DecodeError):
+    """Restoring a stored value would build more than its bytes allow (``values/budget.py``)."""
+
+
 class StaleCode(DecodeError):
     """A stored value refers to a function or class whose code has changed since.
 

@@ -132,6 +132,22 @@ def read_tensor(dec: Any, blob_id: str, dtype: torch.dtype, shape: list[int]) ->
     """
     size = tuple(shape)
     expected, nbytes = _expected(dtype, size)
+    t = _read(dec, blob_id, dtype, shape, size, expected, nbytes)
+    # Built from the blob's own bytes, checked against the shape: the blob counts as
+    # read, and each tensor made of it (again, for a repeated document) is charged.
+    dec.charge(nbytes, f"a {dtype_name(dtype)} tensor of shape {list(size)}", blob_id, nbytes)
+    return t
+
+
+def _read(
+    dec: Any,
+    blob_id: str,
+    dtype: torch.dtype,
+    shape: list[int],
+    size: tuple[int, ...],
+    expected: bytes,
+    nbytes: int,
+) -> torch.Tensor:
     if not nbytes:
         buf = dec.objects.get_bytearray(blob_id)
         return _from_buffer(buf, blob_id, dtype, shape, expected, nbytes)

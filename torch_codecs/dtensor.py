@@ -35,6 +35,7 @@ collective, so a rank may restore while the others wait elsewhere):
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
 from collections.abc import Hashable
@@ -47,7 +48,7 @@ from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
 from .blobs import read_tensor, tensor_producer
-from .dtypes import dtype_from_name, dtype_name
+from .dtypes import dtype_name, tensor_dtype
 from .fingerprints import tensor_data_state
 from .summaries import dtensor_summary
 
@@ -181,7 +182,7 @@ class DTensorCodec(Codec):
     def decode(self, node: dict[str, Any], dec: Any) -> Any:
         from torch.distributed.tensor import DTensor
 
-        dtype = dtype_from_name(node["dtype"])
+        dtype = tensor_dtype(node["dtype"])
         shape = [int(n) for n in node["shape"]]
         stored = node["mesh"]
         placements = [decode_placement(p) for p in node["placements"]]
@@ -322,7 +323,9 @@ def _reshard(
             parts.append((_read(dec, shard, dtype, _local_shape(shape, placement, n, i)), lo, hi))
     if len(parts) == 1 and (parts[0][1], parts[0][2]) == (start, stop):
         return parts[0][0]  # exactly one stored shard: as it is, no copy
-    out = torch.empty(_local_shape(shape, placement, world, rank), dtype=dtype)
+    local_shape = _local_shape(shape, placement, world, rank)
+    dec.charge(math.prod(local_shape) * dtype.itemsize, f"a DTensor shard of shape {local_shape}")
+    out = torch.empty(local_shape, dtype=dtype)
     for part, lo, hi in parts:
         first, last = max(lo, start), min(hi, stop)
         out.narrow(d, first - start, last - first).copy_(part.narrow(d, first - lo, last - first))

@@ -5,14 +5,17 @@
 
 A node names a dtype by its torch name without the ``torch.`` prefix
 (``"bfloat16"``), which is stable across torch versions. The blob of a tensor is
-a safetensors file; safetensors has a code for most dtypes. The others are
-written in a form safetensors can still read, with the torch dtype recorded in
-the file's ``__metadata__``:
+a safetensors file; safetensors has a code for most dtypes. Complex dtypes
+without a code (``complex128``, ``complex32``) are written as their real and
+imaginary parts, a trailing dimension of 2 (``F64``/``F16``), with the torch
+dtype recorded in the file's ``__metadata__``.
 
-* complex dtypes without a code (``complex128``, ``complex32``) as their real
-  and imaginary parts, a trailing dimension of 2 (``F64``/``F16``);
-* anything else (``float4_e2m1fn_x2``, bit-packed ``uint1``..``uint7``, ...) as
-  raw bytes (``U8``, shape ``[nbytes]``).
+A tensor is stored and restored only with a dtype of :data:`TENSOR_DTYPES`,
+those a blob restores completely (:func:`tensor_dtype`, the one check). A
+quantized tensor's scale and zero point are not its bytes, and torch's
+bit-packed shell dtypes (``uint1``..``uint7``, ``bits8``, ``float4_e2m1fn_x2``)
+support next to no operation: a stored tensor that names one is a miss, never a
+tensor whose next operation trips an internal assertion of torch.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import torch
 
-from memostore.errors import DecodeError
+from memostore.errors import DecodeError, EncodeError
 from memostore.values.codecs import Codec
 
 from .summaries import summarize
@@ -95,17 +98,51 @@ def dtype_from_name(name: str) -> torch.dtype:
     return dtype
 
 
+# The dtypes a stored tensor may have (of this torch), by stored name.
+TENSOR_DTYPES = {n: d for n, d in _DTYPES.items() if n in _NATIVE_NAMES or n in _COMPLEX_AS_PAIRS}
+
+
+def tensor_dtype(name: Any) -> torch.dtype:
+    """The dtype a stored tensor names, if a blob restores tensors of it completely.
+
+    Raises:
+        DecodeError: a dtype of :data:`TENSOR_DTYPES` this torch lacks, or any other
+            name (a quantized or bit-packed dtype, which is never stored).
+    """
+    dtype = TENSOR_DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        ours = name in _NATIVE_NAMES or name in _COMPLEX_AS_PAIRS
+        raise DecodeError(
+            f"a stored tensor has dtype {str(name)[:40]!r}, which is not restored "
+            f"({_restored_text()})"
+            + ("; restore the value with the torch version that stored it" if ours else "")
+        )
+    return dtype
+
+
+def check_tensor_dtype(dtype: torch.dtype) -> None:
+    """Refuse to store a tensor of a dtype :func:`tensor_dtype` would not restore."""
+    if dtype_name(dtype) not in TENSOR_DTYPES:
+        fix = (
+            "store t.dequantize(), or t.int_repr() with its scale and zero point"
+            if dtype_name(dtype).startswith(("qint", "quint"))
+            else "store t.view(torch.uint8) and view it back after a hit"
+        )
+        raise EncodeError(f"tensors of dtype {dtype} are not stored ({_restored_text()}); {fix}")
+
+
+def _restored_text() -> str:
+    return "tensors are restored with the dtypes " + ", ".join(sorted(TENSOR_DTYPES))
+
+
 def layout_for(dtype: torch.dtype, shape: tuple[int, ...], nbytes: int) -> BlobLayout:
-    """The header description of a tensor of *dtype* and *shape* taking *nbytes*."""
+    """The header description of a tensor of *dtype* (of :data:`TENSOR_DTYPES`) and *shape*."""
     name = dtype_name(dtype)
     code = _NATIVE_NAMES.get(name)
     if code is not None:
         return BlobLayout(code, shape)
     meta = (("torch.dtype", name), ("torch.shape", _shape_text(shape)))
-    pair_code = _COMPLEX_AS_PAIRS.get(name)
-    if pair_code is not None:
-        return BlobLayout(pair_code, (*shape, 2), meta)
-    return BlobLayout("U8", (nbytes,), meta)
+    return BlobLayout(_COMPLEX_AS_PAIRS[name], (*shape, 2), meta)
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

@@ -34,7 +34,7 @@ from memostore.effects.replay import MISSING, NotReplayable, Planner
 from memostore.values.codecs import Memory
 from memostore.values.hashcache import digest_cache
 
-from .dtypes import dtype_from_name, dtype_name
+from .dtypes import dtype_name, tensor_dtype
 from .fingerprints import tensor_data_state
 from .hooks import is_hook_dict
 from .params import params_in
@@ -157,7 +157,7 @@ def tensor_view(base: torch.Tensor, base_layout: Any, layout: Any) -> torch.Tens
         or list(base.stride()) != base_layout["stride"]
     ):
         return None
-    dtype = dtype_from_name(layout["dtype"])
+    dtype = tensor_dtype(layout["dtype"])
     itemsize = torch.empty(0, dtype=dtype).element_size()
     offset = base.storage_offset() * base.element_size() + layout["offset"] - base_layout["offset"]
     if offset < 0 or offset % itemsize:

@@ -21,13 +21,16 @@ User subclasses need nothing here: they are the user's code, pinned by digest.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from memostore.trust import add_safe_globals, register_safe_rule
+from memostore.trust import add_safe_globals, register_safe_rule, register_sizer
+from memostore.trust.sizes import copies, product
 
 SAFE_NAMES = (
     "torch:Tensor",
@@ -81,6 +84,29 @@ def is_safe_torch_function(obj: Any) -> bool:
     return getattr(obj, "__module__", None) in ("torch.nn.functional", "torch._C._nn")
 
 
+def call_size(args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+    """What a torch constructor or function may allocate for these arguments, at most.
+
+    Its int arguments may be sizes (``Tensor(n, m)``, ``Linear(n, m)``), its
+    floats scale factors (``interpolate``), and its result as large as its
+    largest tensor argument times both (``one_hot``, ``pad``): 16 bytes an element.
+    """
+    values = (*args, *kwargs.values())
+    scale = math.prod(v for v in values if type(v) is float and v > 1)
+    if not scale < 2**62:
+        return 1 << 62
+    # Plain tensors only: a subclass's numel() may be code of its own (__torch_function__).
+    numel = max([1, *(v.numel() for v in values if type(v) in _PLAIN_TENSORS)])
+    return 16 * product(values) * math.ceil(scale) * numel + copies(args, kwargs)
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _sized(obj: Any) -> bool:
+    return obj is torch.Tensor or is_safe_torch_class(obj) or is_safe_torch_function(obj)
+
+
 def register() -> None:
     """Add torch's entries to memostore's trust registry (once, from ``register``)."""
     add_safe_globals(SAFE_NAMES)
@@ -94,3 +120,4 @@ def register() -> None:
     register_safe_rule(
         "torch", is_safe_torch_function, "functions of torch.nn.functional and torch._C._nn"
     )
+    register_sizer("torch", _sized, call_size)

@@ -39,7 +39,7 @@ from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
 from .blobs import data_nbytes, read_tensor, tensor_producer
-from .dtypes import dtype_from_name, dtype_name
+from .dtypes import check_tensor_dtype, dtype_name, tensor_dtype
 from .fingerprints import tensor_data_state
 from .replay import assign_tensor, tensor_memory, tensor_unchanged, tensor_view
 from .summaries import summarize
@@ -47,9 +47,6 @@ from .summaries import summarize
 _SCRATCH_GROUPS = "torch.storage_groups"
 _SCRATCH_ANCHORS = "torch.anchor_count"
 _SESSION_WARNED = "torch.device_warned"
-
-# Stored dtype names of this torch, looked up once per restored tensor.
-_DTYPES = {dtype_name(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
 _COMPRESSED = {
     torch.sparse_csr: ("crow_indices", "col_indices"),
@@ -210,7 +207,7 @@ class TensorCodec(Codec):
     # -- decoding ------------------------------------------------------------------------
     def decode(self, node: dict[str, Any], dec: Any) -> torch.Tensor:
         cls = dec.code(node["cls"]) if "cls" in node else None
-        dtype = _DTYPES.get(node["dtype"]) or dtype_from_name(node["dtype"])
+        dtype = tensor_dtype(node["dtype"])
         device = target_device(node["device"], dec)
         if "layout" in node:
             t = _decode_sparse(node, dec, dtype, device)
@@ -268,11 +265,7 @@ def _check_supported(t: torch.Tensor) -> None:
             "an uninitialized lazy parameter has no shape or data yet; run one forward "
             "pass through the lazy module before storing or hashing it"
         )
-    if t.is_quantized:
-        raise EncodeError(
-            "quantized tensors are not supported; store t.dequantize(), or t.int_repr() "
-            "with its scale and zero point"
-        )
+    check_tensor_dtype(t.dtype)
     if t.is_nested:
         raise EncodeError("nested tensors are not supported; store t.unbind() instead")
     if t.layout != torch.strided and t.layout != torch.sparse_coo and t.layout not in _COMPRESSED:
@@ -378,7 +371,7 @@ def _anchor(dec: Any, descr: dict[str, Any], device: torch.device) -> torch.Tens
     key = ("torch.anchor", descr["k"])
     found = dec.scratch.get(key)
     if found is None:
-        dtype = dtype_from_name(descr["dtype"])
+        dtype = tensor_dtype(descr["dtype"])
         t = read_tensor(dec, descr["blob"], dtype, descr["shape"])
         found = dec.scratch[key] = _to_device(t, device)
     return found

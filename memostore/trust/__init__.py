@@ -8,9 +8,11 @@ without running their code (:mod:`.state`); and it loads code stored by value
 only when this machine wrote it or pulled it from a trusted remote
 (:mod:`.origins`), and only if it hashes to its digest. :mod:`.gate` is the one
 place that decides. Whose results a hit serves at all is :mod:`.signers`'s to
-say (ed25519 keys and signatures: :mod:`.signing`). ``docs/reliability.md``
-("Decoding: what a stored value may run") lists the rules for users and
-``docs/threat-model.md`` what a remote's writer can and cannot do.
+say (ed25519 keys and signatures: :mod:`.signing`); :mod:`.sizes` says what
+each call may allocate (charged to the decode budget before it runs).
+``docs/reliability.md`` ("Decoding: what a stored value may run") lists the
+rules for users and ``docs/threat-model.md`` what a remote's writer can and
+cannot do.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .registry import (
     register_safe_rule,
     safe_globals,
 )
+from .sizes import register_sizer
 
 __all__ = [
     "DEFAULT_SAFE_GLOBALS",
@@ -36,6 +39,7 @@ __all__ = [
     "allow_state_family",
     "get_safe_globals",
     "register_safe_rule",
+    "register_sizer",
     "register_state_family",
     "safe_globals",
 ]

@@ -94,7 +94,20 @@ class DecodeContext(Protocol):
         """Run *fn* once the whole value is decoded."""
 
     def blob_bytes(self, blob_id: str) -> bytes:
-        """A blob's bytes, checked against its id."""
+        """A blob's bytes, checked against its id (charged to the decode budget)."""
+
+    def charge(self, nbytes: int, what: str, blob: str = "", blob_size: int = 0) -> None:
+        """Charge what the codec is about to build to the one decode budget, first.
+
+        Every allocation a codec makes from a node's fields (a shape, a count)
+        is charged here before it is made; *blob* (of *blob_size* bytes) counts
+        as read. Raises DecodeBudgetExceeded (a miss) when over budget.
+        """
+
+    def call(
+        self, fn: Any, args: list[Any], kwargs: dict[str, Any] | None = None, new: bool = False
+    ) -> Any:
+        """Call what the gate allowed with decoded arguments, charged to the budget first."""
 
     def blob_file(self, blob_id: str) -> str | None:
         """Where a blob's file is, unchecked."""

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError, MalformedObject, MemostoreError, install_hint
 from ..odb.objects import KIND_VALUE
+from ..trust.sizes import WORD, call_size
 from ..trust.state import enum_by_value
+from .budget import NODE_BYTES, DecodeBudget
 from .codecs import CodecRegistry, registry
 
 if TYPE_CHECKING:
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from ..trust.gate import TrustContext
 
 
+# Types of the JSON scalars a document holds, each node its own value (see Decoder.node).
+_SCALARS = frozenset({type(None), bool, int, float, str})
 _FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 # An int too big for a JSON number: hex digits, "-" first when negative.
 _HEX_INT = re.compile(r"-?[0-9a-f]+")
@@ -76,6 +80,8 @@ class Decoder:
         self.codecs = codecs
         self.session: dict[Any, Any] = {}
         self.restored: list[tuple[Any, str]] = []
+        # Everything this decoder builds is charged here first (budget.py).
+        self.budget = DecodeBudget()
         self._frames: list[_Frame] = []
         self._after: list[Callable[[], None]] = []
         self._trust: TrustContext | None = None
@@ -133,8 +139,34 @@ class Decoder:
         self._after.append(fn)
 
     def blob_bytes(self, blob_id: str) -> bytes:
-        """A blob's bytes, checked against its id."""
-        return self.objects.get_bytes(blob_id)
+        """A blob's bytes, checked against its id (charged to the budget)."""
+        data = self.objects.get_bytes(blob_id)
+        self.charge(len(data), "a blob's bytes", blob_id, len(data))
+        return data
+
+    def charge(self, nbytes: int, what: str, blob: str = "", blob_size: int = 0) -> None:
+        """Charge *nbytes* that decoding is about to build for *what* to the decode budget.
+
+        *blob*: the blob they come from, of *blob_size* bytes, which counts as read
+        (once per decode). Raises DecodeBudgetExceeded when over budget.
+        """
+        if blob:
+            self.budget.read(blob, blob_size)
+        self.budget.charge(nbytes, what)
+
+    def call(
+        self, fn: Any, args: list[Any], kwargs: dict[str, Any] | None = None, new: bool = False
+    ) -> Any:
+        """``fn(*args, **kwargs)``, charged first with what it may allocate (``trust/sizes.py``).
+
+        *fn* is what the gate let be called (:meth:`callee`), or with *new* a
+        class the gate let be made, made by ``fn.__new__(fn, *args, **kwargs)``;
+        the arguments were decoded from the value.
+        """
+        kwargs = kwargs or {}
+        size = WORD * (len(args) + len(kwargs)) + call_size(fn, args, kwargs)
+        self.charge(size, f"a call of {_name(fn)}")
+        return fn.__new__(fn, *args, **kwargs) if new else fn(*args, **kwargs)
 
     def blob_path(self, blob_id: str) -> Path | None:
         """A file holding the blob (for memory mapping), or None if not on disk."""
@@ -147,30 +179,41 @@ class Decoder:
     def node(self, node: Any) -> Any:
         """Decode one node of the current document."""
         if node is None or isinstance(node, (bool, int, float, str)):
-            return node
-        if isinstance(node, list):
-            out: list[Any] = []
-            items = node
-            if node and isinstance(node[0], dict) and node[0].get("$") == "label":
-                self._frames[-1].labels[node[0]["k"]] = out
-                items = node[1:]
-            for item in items:
-                out.append(self.node(item))
-            return out
-        tag = node["$"]
-        handler = _HANDLERS.get(tag)
-        if handler is not None:
-            obj = handler(self, node)
-        else:
-            codec = self.codecs.for_tag(tag)
-            if codec is None:
-                raise DecodeError(
-                    f"no codec for {tag!r}: install the package that stores it "
-                    f"(for torch values: {install_hint('torch')})"
-                )
-            obj = codec.decode(node, self)
-        self._label(node, obj)
-        return obj
+            return node  # an object of the parsed document itself: nothing is built
+        budget = self.budget
+        budget.enter()
+        try:
+            if isinstance(node, list):
+                budget.charge(NODE_BYTES + WORD * len(node), "a list")
+                out: list[Any] = []
+                items = node
+                if node and isinstance(node[0], dict) and node[0].get("$") == "label":
+                    self._frames[-1].labels[node[0]["k"]] = out
+                    items = node[1:]
+                if len(items) >= 64 and _SCALARS.issuperset(map(type, items)):
+                    out.extend(items)  # each its own value: checked in C, not item by item
+                    return out
+                for item in items:
+                    out.append(self.node(item))
+                return out
+            tag = node["$"]
+            items = node.get("items")
+            budget.charge(NODE_BYTES + WORD * (len(items) if type(items) is list else 0), tag)
+            handler = _HANDLERS.get(tag)
+            if handler is not None:
+                obj = handler(self, node)
+            else:
+                codec = self.codecs.for_tag(tag)
+                if codec is None:
+                    raise DecodeError(
+                        f"no codec for {tag!r}: install the package that stores it "
+                        f"(for torch values: {install_hint('torch')})"
+                    )
+                obj = codec.decode(node, self)
+            self._label(node, obj)
+            return obj
+        finally:
+            budget.depth -= 1
 
     def code(self, node: dict[str, Any], instantiate: bool = True) -> Any:
         """The function or class a code node names, through the trust gate.
@@ -233,6 +276,7 @@ class Decoder:
         doc = self.objects.get_doc(doc_id)
         if doc.kind != KIND_VALUE:
             raise MalformedObject(f"object {doc_id} is a {doc.kind}, not a value")
+        self.budget.read(doc_id, len(doc.data))
         return doc.body["node"]
 
     def _decode_doc(self, doc_id: str) -> Any:
@@ -308,7 +352,7 @@ def _object(dec: Decoder, node: dict[str, Any]) -> Any:
     cls = dec.code(node["cls"])
     args = [dec.node(a) for a in node["args"]]
     dec.check_inert(args, "an argument of __new__")
-    obj = cls.__new__(cls, *args)
+    obj = dec.call(cls, args, new=True)
     dec._label(node, obj)
     _apply_state(dec, node, obj)
     return obj
@@ -325,7 +369,7 @@ def _reduce(dec: Decoder, node: dict[str, Any]) -> Any:
         else:
             args = [dec.node(a) for a in raw]
             dec.check_inert(args, "an argument of a call")
-            obj = enum_by_value(fn, args) if isinstance(fn, enum.EnumMeta) else fn(*args)
+            obj = enum_by_value(fn, args) if isinstance(fn, enum.EnumMeta) else dec.call(fn, args)
     except MemostoreError:
         raise  # the gate's refusals (UntrustedCode) keep their own message
     except Exception as exc:
@@ -348,7 +392,7 @@ def _reconstruct(dec: Decoder, fn: Any, raw: list[Any]) -> Any:
     if fn is copyreg.__newobj__:
         args = [dec.node(a) for a in raw[1:]]
         dec.check_inert(args, "an argument of __new__")
-        return cls.__new__(cls, *args)
+        return dec.call(cls, args, new=True)
     if len(raw) != 3:
         raise MalformedObject(f"{fn.__qualname__} takes 3 arguments, not {len(raw)}")
     if fn is copyreg.__newobj_ex__:
@@ -358,7 +402,7 @@ def _reconstruct(dec: Decoder, fn: Any, raw: list[Any]) -> Any:
         if any(type(k) is not str for k in kwargs):
             raise MalformedObject("__newobj_ex__ takes keyword arguments named by strings")
         dec.check_inert([*args, *kwargs.values()], "an argument of __new__")
-        return cls.__new__(cls, *args, **kwargs)
+        return dec.call(cls, list(args), kwargs, new=True)
     from ..trust.state import vouches_for
 
     base = dec.code(raw[1], instantiate=False) if _is_code_node(raw[1]) else None
@@ -366,7 +410,15 @@ def _reconstruct(dec: Decoder, fn: Any, raw: list[Any]) -> Any:
         raise DecodeError(f"_reconstructor is given a base that {cls.__qualname__} cannot use")
     state = dec.node(raw[2])
     dec.check_inert((state,), "an argument of __new__")
+    # It calls base.__init__(obj, state) (bytearray's allocates): charged as base's.
+    dec.charge(call_size(base, [state]), f"a call of {_name(base)}")
     return fn(cls, base, state)
+
+
+def _name(fn: Any) -> str:
+    """*fn*'s qualified name, for a refusal (read from the callable, never called)."""
+    qualname = getattr(fn, "__qualname__", None)
+    return qualname if isinstance(qualname, str) else type(fn).__qualname__
 
 
 def _is_code_node(node: Any) -> bool:
@@ -375,6 +427,9 @@ def _is_code_node(node: Any) -> bool:
 
 def _apply_state(dec: Decoder, node: dict[str, Any], obj: Any) -> None:
     """Give *obj* its stored items and state, as pickle would, running only vouched code."""
+    added = len(node.get("listitems") or ()) + len(node.get("dictitems") or ())
+    if added:
+        dec.charge(WORD * added, "stored items")
     if "listitems" in node:
         add_list_items(obj, [dec.node(x) for x in node["listitems"]])
     if "dictitems" in node:
@@ -387,7 +442,7 @@ def _apply_state(dec: Decoder, node: dict[str, Any], obj: Any) -> None:
     if "setstate" in node:
         setter = dec.callee(node["setstate"])
         dec.check_inert((obj, state), "an argument of a call")
-        setter(obj, state)
+        dec.call(setter, [obj, state])
         return
     write_state(obj, state)
 

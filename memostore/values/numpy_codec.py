@@ -48,6 +48,7 @@ class NdarrayCodec(Codec):
 
         shape = tuple(node["shape"])
         if "items" in node:
+            dec.charge(8 * len(node["items"]), "an object array")
             out = np.empty(len(node["items"]), dtype=object)
             for i, item in enumerate(node["items"]):
                 out[i] = dec.node(item)
@@ -55,6 +56,7 @@ class NdarrayCodec(Codec):
         descr = node["descr"]
         dtype = np.lib.format.descr_to_dtype(descr if isinstance(descr, str) else _tuples(descr))
         buf = dec.objects.get_bytearray(node["blob"])
+        dec.charge(len(buf), "an array", node["blob"], len(buf))
         return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:

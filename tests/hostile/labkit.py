@@ -164,7 +164,8 @@ def plant(
     assert len(refs) == 1, refs
     ref, evaluation_id = refs[0]
     blob_ids = {name: store.objects.add_bytes(data) for name, data in (blobs or {}).items()}
-    value = Doc(KIND_VALUE, {"node": node}, Links(blobs=set(blob_ids.values())))
+    docs = set(_refs_in(node))  # documents the node references travel with it on push
+    value = Doc(KIND_VALUE, {"node": node}, Links(docs=docs, blobs=set(blob_ids.values())))
     store.objects.add_doc(value)
     body = dict(store.evaluation(evaluation_id).body)
     body["result"] = value.id
@@ -180,6 +181,15 @@ def plant(
     signers.sign(store, doc.id)
     store.refs.set(ref, doc.id)
     return doc.id
+
+
+def _refs_in(node: Any) -> list[str]:
+    if isinstance(node, list):
+        return [i for item in node for i in _refs_in(item)]
+    if isinstance(node, dict):
+        own = [node["id"]] if node.get("$") == "ref" else []
+        return own + [i for value in node.values() for i in _refs_in(value)]
+    return []
 
 
 class _Command:

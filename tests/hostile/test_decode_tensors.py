@@ -97,3 +97,20 @@ def test_a_tensor_outside_its_memory_is_a_miss(lab: Lab, kind: str) -> None:
     assert len(warnings_in(proc.stderr)) == 1, proc.stderr
     again = lab.run(lab.victim_store, kind, "3")
     assert "COMPUTED" not in again.stdout and not warnings_in(again.stderr)
+
+
+@pytest.mark.parametrize("dtype", ["qint8", "quint4x2", "uint3"])
+def test_a_tensor_of_a_dtype_the_blob_does_not_restore_is_a_miss(lab: Lab, dtype: str) -> None:
+    """A quantized view (its scale and zero point are not in any blob) or a bit-packed
+    one would be served as a tensor whose next operation trips an assertion of torch."""
+    lab.script.write_text(textwrap.dedent(TENSORS))
+    lab.run(lab.victim_store, "view", "3")
+    store = Store(lab.victim_store)
+    ref = _calls(store)[("view", 3)]
+    node = copy.deepcopy(_node(store, ref))
+    node[1]["dtype"] = dtype  # the view; its base stays a float tensor
+    plant(lab.victim_store, node, ref=ref)
+    proc = lab.run(lab.victim_store, "view", "3")
+    assert "COMPUTED" in proc.stdout and "RESULT [1.0, 2.0, 3.0]" in proc.stdout, proc.stderr
+    (warned,) = warnings_in(proc.stderr)
+    assert f"dtype '{dtype}', which is not restored" in warned, warned
