@@ -60,6 +60,10 @@ def _library_roots() -> tuple[Path, ...]:
         candidates += site.getsitepackages()
     with contextlib.suppress(Exception):  # a stripped-down site module: the others still count
         candidates.append(site.getusersitepackages())
+    # Directories a .pth file put on the path that packages were installed into (a
+    # layered environment: a venv reusing another's site-packages) hold distribution
+    # metadata, as every installation target does; the user's project holds none.
+    candidates += [entry for entry in sys.path if entry and _holds_distributions(entry)]
     roots: set[Path] = set()
     for candidate in candidates:
         if candidate:
@@ -69,6 +73,14 @@ def _library_roots() -> tuple[Path, ...]:
             if path.parent != path:
                 roots.add(path)
     return tuple(sorted(roots))
+
+
+def _holds_distributions(entry: str) -> bool:
+    try:
+        with os.scandir(entry) as children:
+            return any(child.name.endswith(".dist-info") for child in children)
+    except OSError:
+        return False
 
 
 def under_library_root(file: str) -> bool:
