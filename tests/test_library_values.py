@@ -285,3 +285,47 @@ def test_a_dynamically_quantized_model_keys_as_an_argument(store_dir: Path) -> N
     first = predict(quantized(0), x)
     second = predict(quantized(0), x)
     assert calls == ["predict"] and torch.equal(first, second)
+
+
+# -- classes stored by value -----------------------------------------------------------------------
+LOCAL_DATASET = """
+import sys
+
+import torch
+from memostore import memo
+
+
+def to_map_style_dataset(items):
+    class _MapStyleDataset(torch.utils.data.Dataset):
+        def __init__(self, items):
+            self._data = list(items)
+
+        def __len__(self):
+            return len(self._data)
+
+        def __getitem__(self, i):
+            return self._data[i]
+
+    return _MapStyleDataset(items)
+
+
+@memo
+def load(n):
+    print("COMPUTED")
+    return to_map_style_dataset(range(n))
+
+
+ds = load(3)
+print(type(ds).__qualname__, type(ds).__module__, list(ds))
+"""
+
+
+def test_a_class_stored_by_value_keeps_its_names_in_another_process(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "local_dataset.py", LOCAL_DATASET)
+    env = {"MEMOSTORE_DIR": str(tmp_path / "store")}
+    first = run_script(script, env=env).stdout.splitlines()
+    second = run_script(script, env=env).stdout.splitlines()
+    assert first[0] == "COMPUTED" and "COMPUTED" not in second
+    assert (
+        second == first[1:] == ["to_map_style_dataset.<locals>._MapStyleDataset __main__ [0, 1, 2]"]
+    )
