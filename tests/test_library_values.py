@@ -287,7 +287,7 @@ def test_a_dynamically_quantized_model_keys_as_an_argument(store_dir: Path) -> N
     assert calls == ["predict"] and torch.equal(first, second)
 
 
-# -- classes stored by value -----------------------------------------------------------------------
+# -- classes stored by value ------------------------------------------------------------------
 LOCAL_DATASET = """
 import sys
 
@@ -329,3 +329,32 @@ def test_a_class_stored_by_value_keeps_its_names_in_another_process(tmp_path: Pa
     assert (
         second == first[1:] == ["to_map_style_dataset.<locals>._MapStyleDataset __main__ [0, 1, 2]"]
     )
+
+
+# -- what still cannot restore ----------------------------------------------------------------
+@memo
+def objects_frame(n: int) -> Any:
+    calls.append("objects_frame")
+    return pd.DataFrame({"mixed": pd.Series([n, "x"], dtype=object)})
+
+
+@memo
+def objects_frame_too(n: int) -> Any:
+    calls.append("objects_frame_too")
+    return pd.DataFrame({"mixed": pd.Series([n, "x"], dtype=object)})
+
+
+def test_a_value_that_cannot_restore_says_why_once_at_the_users_call(store_dir: Path) -> None:
+    calls.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            objects_frame(1)  # stored by pickling: pandas' reconstructors are not allowed
+            objects_frame_too(1)  # the same reason, another function: said for it too
+    assert calls == ["objects_frame", "objects_frame_too"] * 3
+    ours = [w for w in caught if issubclass(w.category, MemostoreWarning)]
+    assert len(ours) == 2, [str(w.message) for w in ours]
+    for warning, name in zip(ours, ("objects_frame:", "objects_frame_too:"), strict=True):
+        assert warning.filename == __file__
+        text = str(warning.message)
+        assert name in text and "pandas" in text and "add_safe_globals" in text
