@@ -8,6 +8,7 @@ and served by the next one, in this process and in a fresh one.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 from conftest import run_script, write_script
+from memostore_cli.main import cli
 
 from memostore import MemostoreWarning, ignore_global, memo
 
@@ -358,3 +361,68 @@ def test_a_value_that_cannot_restore_says_why_once_at_the_users_call(store_dir: 
         assert warning.filename == __file__
         text = str(warning.message)
         assert name in text and "pandas" in text and "add_safe_globals" in text
+
+
+LIGHTNING_FIT = """
+import json
+import subprocess
+import sys
+
+import lightning as L
+import torch
+from memostore import log, memo
+
+
+class Net(L.LightningModule):
+    def __init__(self, lr=0.1):
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.layer(x)
+
+    def training_step(self, batch, i):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self(x), y)
+        log({"loss": loss.item()})
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+@memo
+def train(epochs):
+    print("COMPUTED")
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 3), torch.randn(16, 1))
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    model = Net(lr=0.05)
+    trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+    return model
+
+
+model = train(2)
+print("RESULT", type(model).__name__, dict(model.hparams), model.layer.weight.tolist())
+"""
+
+
+def test_a_module_a_lightning_trainer_fitted_is_stored_and_hits_in_another_process(
+    tmp_path: Path,
+) -> None:
+    if lightning is None:
+        pytest.skip("lightning is not installed")
+    script = write_script(tmp_path, "fit.py", LIGHTNING_FIT)
+    store = tmp_path / "store"
+    env = {"MEMOSTORE_DIR": str(store)}
+    first = run_script(script, env=env)
+    assert "COMPUTED" in first.stdout and "MemostoreWarning" not in first.stderr, first.stderr
+    second = run_script(script, env=env)
+    assert "COMPUTED" not in second.stdout and "MemostoreWarning" not in second.stderr
+    result = [line for line in first.stdout.splitlines() if line.startswith("RESULT")]
+    assert result and result == [ln for ln in second.stdout.splitlines() if ln.startswith("RESULT")]
+    assert "{'lr': 0.05}" in result[0]
+    show = CliRunner().invoke(cli, ["--store", str(store), "show", "train", "--json"])
+    assert json.loads(show.output)["metrics"]["loss"]["count"] == 8  # 2 epochs of 4 batches
