@@ -426,3 +426,22 @@ def test_a_module_a_lightning_trainer_fitted_is_stored_and_hits_in_another_proce
     assert "{'lr': 0.05}" in result[0]
     show = CliRunner().invoke(cli, ["--store", str(store), "show", "train", "--json"])
     assert json.loads(show.output)["metrics"]["loss"]["count"] == 8  # 2 epochs of 4 batches
+
+
+def test_an_omegaconf_config_and_lightning_hparams_from_it_restore(store_dir: Path) -> None:
+    omegaconf = pytest.importorskip("omegaconf")
+
+    def make() -> Any:
+        cfg = omegaconf.OmegaConf.create({"lr": 0.1, "model": {"sizes": [3, 2], "ref": "${lr}"}})
+        omegaconf.OmegaConf.set_struct(cfg, True)
+        return cfg
+
+    first, second = miss_then_hit("omegaconf", make)
+    assert type(second) is type(first) and omegaconf.OmegaConf.is_struct(second)
+    assert omegaconf.OmegaConf.to_container(second) == omegaconf.OmegaConf.to_container(first)
+    assert second.model.ref == 0.1  # the interpolation is kept, and resolves
+    if lightning is None:
+        return
+    first, second = miss_then_hit("hparams from a config", lambda: LitNet(lr=make()))
+    assert type(second.hparams) is type(first.hparams)
+    assert second.hparams.lr.model.ref == 0.1
