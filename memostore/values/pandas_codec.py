@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import MalformedObject
 from .codecs import Codec, register_codec
+from .hf_datasets import arrow_stream
 
 # The column a Series is stored under (its own name is stored beside the table).
 _SERIES_COLUMN = "values"
@@ -56,11 +57,7 @@ def _arrow_ready(frame: Any) -> bool:
 def _to_stream(frame: Any) -> Any:
     import pyarrow as pa
 
-    table = pa.Table.from_pandas(frame, preserve_index=True)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
+    return arrow_stream(pa.Table.from_pandas(frame, preserve_index=True))
 
 
 def _from_stream(data: Any) -> Any:
