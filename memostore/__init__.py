@@ -20,8 +20,11 @@ from .records.evaluation import Evaluation
 from .trust import add_safe_globals
 from .values import hashing as _hashing  # code digests key data globals by value digests
 from .values import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)
+from .values import hf_tokenizers as _hf_tokenizers  # registers tokenizers' codecs (by type name)
 from .values import loggers as _loggers  # registers the logging.Logger codec
 from .values import numpy_codec as _numpy_codec  # registers the ndarray codec
+from .values import omegaconf_codec as _omegaconf_codec  # registers OmegaConf's (by type name)
+from .values import pandas_codec as _pandas_codec  # registers DataFrame's codecs (by type name)
 from .values import paths as _paths  # registers the codec of @memo(files=...) arguments
 from .values.codecs import Codec, register_codec
 from .values.hashcache import forget as forget_digest
@@ -50,7 +53,8 @@ __all__ = [
     "snapshot",
 ]
 
-del _hashing, _numpy_codec, _hf_datasets, _loggers, _paths
+del _hashing, _numpy_codec, _omegaconf_codec, _pandas_codec
+del _hf_datasets, _hf_tokenizers, _loggers, _paths
 
 # Metric logging pulls in numpy; load it on first use so that the CLI and
 # scripts that never log start fast.

@@ -539,6 +539,31 @@ def test_is_user_module(make_module) -> None:
     assert not is_user_module("json")
 
 
+def test_packages_installed_on_an_added_path_are_libraries(tmp_path: Path) -> None:
+    # A layered environment (a .pth file adding another venv's site-packages) or
+    # `pip install --target DIR` with PYTHONPATH=DIR: DIR holds distribution metadata.
+    target = tmp_path / "target"
+    (target / "layeredpkg").mkdir(parents=True)
+    (target / "layeredpkg" / "__init__.py").write_text("X = 1\n")
+    (target / "layeredpkg-1.0.dist-info").mkdir()
+    (target / "layeredpkg-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: layeredpkg\nVersion: 1.0\n"
+    )
+    project = tmp_path / "project"
+    (project / "mine").mkdir(parents=True)
+    (project / "mine" / "__init__.py").write_text("Y = 1\n")
+    script = (
+        "import layeredpkg, mine\n"
+        "from memostore.code.modules import is_user_module\n"
+        "print(is_user_module(layeredpkg), is_user_module(mine))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(project)])}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "True"]
+
+
 def test_code_info_rejects_non_code() -> None:
     with pytest.raises(TypeError, match="code_info"):
         code_info(3)

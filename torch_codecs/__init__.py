@@ -24,6 +24,7 @@ def set_check_mode(mode: str) -> None:
 
 def register(registry: Any) -> None:
     """Register every torch codec into a memostore codec registry."""
+    from .compiled import CompiledModuleCodec
     from .data import DATA_CODECS
     from .dtensor import DTensorCodec
     from .dtypes import DtypeCodec, MemoryFormatCodec
@@ -40,6 +41,7 @@ def register(registry: Any) -> None:
         TensorCodec(),
         DTensorCodec(),
         ModuleCodec(),
+        CompiledModuleCodec(),
         OptimizerCodec(),
         SchedulerCodec(),
         *DATA_CODECS,

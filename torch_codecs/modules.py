@@ -118,6 +118,12 @@ class ModuleCodec(Codec):
         fingerprint.guard = TreeGuard.build(m)
         return True
 
+    def stored_attributes(self, m: torch.nn.Module) -> dict[str, Any] | None:
+        try:
+            return _module_state(m)
+        except EncodeError:
+            return None
+
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         return summarize(node, reader) or {"type": self.tag}
 

@@ -39,7 +39,7 @@ from memostore.values.codecs import Codec
 from memostore.values.hashcache import digest_cache
 
 from .blobs import data_nbytes, read_tensor, tensor_producer
-from .dtypes import check_tensor_dtype, dtype_name, tensor_dtype
+from .dtypes import check_tensor_dtype, dtype_from_name, dtype_name, tensor_dtype
 from .fingerprints import tensor_data_state
 from .replay import assign_tensor, tensor_memory, tensor_unchanged, tensor_view
 from .summaries import summarize
@@ -132,6 +132,8 @@ class TensorCodec(Codec):
 
     # -- encoding ----------------------------------------------------------------------
     def encode(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
+        if t.is_quantized:
+            return _encode_quantized(t, enc)
         _check_supported(t)
         if enc.verify and t.grad_fn is not None:
             # Storing (not keying): a restored tensor has no graph, so a hit could
@@ -206,6 +208,8 @@ class TensorCodec(Codec):
 
     # -- decoding ------------------------------------------------------------------------
     def decode(self, node: dict[str, Any], dec: Any) -> torch.Tensor:
+        if "quantized" in node:
+            return _decode_quantized(node["quantized"], dec)
         cls = dec.code(node["cls"]) if "cls" in node else None
         dtype = tensor_dtype(node["dtype"])
         device = target_device(node["device"], dec)
@@ -257,6 +261,47 @@ class TensorCodec(Codec):
 def _blob(t: torch.Tensor, enc: Any) -> str:
     produce, size = tensor_producer(t)
     return enc.cached_blob(t, tensor_data_state(t), produce, size, packable=True)
+
+
+def _encode_quantized(t: torch.Tensor, enc: Any) -> dict[str, Any]:
+    """A quantized tensor (a dynamically quantized model's weights): its integers and scales.
+
+    What ``torch.save`` keeps of it too, so equal quantized weights key alike in
+    every process; affine schemes only (those ``quantize_dynamic`` and the
+    eager-mode flows make).
+    """
+    scheme = t.qscheme()
+    out: dict[str, Any] = {"dtype": dtype_name(t.dtype), "ints": enc.node(t.int_repr())}
+    if scheme == torch.per_tensor_affine:
+        out.update(scale=float(t.q_scale()), zero_point=int(t.q_zero_point()))
+    elif scheme in (torch.per_channel_affine, torch.per_channel_affine_float_qparams):
+        out.update(
+            scheme=str(scheme).rpartition(".")[2],
+            scales=enc.node(t.q_per_channel_scales()),
+            zero_points=enc.node(t.q_per_channel_zero_points()),
+            axis=int(t.q_per_channel_axis()),
+        )
+    else:
+        raise EncodeError(
+            f"quantized tensors of scheme {scheme} are not supported; store t.dequantize(), "
+            "or t.int_repr() with its quantization parameters"
+        )
+    return {"quantized": out}
+
+
+def _decode_quantized(node: dict[str, Any], dec: Any) -> torch.Tensor:
+    ints = dec.node(node["ints"])
+    dtype = dtype_from_name(node["dtype"])
+    if not isinstance(ints, torch.Tensor) or not dtype.is_quantized:
+        raise MalformedObject("a stored quantized tensor is not integers of a quantized dtype")
+    if "scale" in node:
+        t = torch._make_per_tensor_quantized_tensor(ints, node["scale"], node["zero_point"])
+    else:
+        scales, zero_points = dec.node(node["scales"]), dec.node(node["zero_points"])
+        t = torch._make_per_channel_quantized_tensor(ints, scales, zero_points, node["axis"])
+    if t.dtype != dtype:
+        raise MalformedObject(f"a stored quantized tensor of {dtype} holds {ints.dtype} integers")
+    return t
 
 
 def _check_supported(t: torch.Tensor) -> None:

@@ -62,7 +62,7 @@ from ..records.evaluation import (
     scalar_hparams,
 )
 from ..trust import signers
-from ..trust.errors import UntrustedCode
+from ..trust.errors import UntrustedCode, warn_once
 from ..values.decoding import Decoder
 from ..values.encoding import Encoder, HashSink
 from ..values.hashcache import digest_cache, lineage_cache
@@ -426,21 +426,28 @@ class MemoizedFunction(Generic[P, R]):
                 return self._prepare_hit(store, newer, call)
         except hits.NotUsable as exc:
             if exc.warn:
-                _warn(f"the stored result of {self.symbol} is not used: {exc}; recomputing")
+                self._warn_unusable(exc.reason, f"the stored result is not used: {exc}")
             return exc.reason
         except UntrustedCode as exc:
-            # Before StaleCode, its base: the gate has warned (once) with the fix; the
-            # reason must not blame a code change the user cannot find.
+            # Before StaleCode, its base: the reason must not blame a code change the
+            # user cannot find.
+            self._warn_unusable(exc.symbol, str(exc))
             fix = f"; {exc.fix}" if exc.fix else ""
             return f"the stored value is untrusted: it needs {exc.symbol}{fix}"
         except StaleCode as exc:
             return f"code a stored value needs has changed ({exc})"
         except ObjectNotFound as exc:
-            _warn(f"stored result of {self.symbol} is incomplete ({exc}); recomputing")
+            self._warn_unusable("incomplete", f"the stored result is incomplete ({exc})")
             return "the stored result is incomplete"
         except (DecodeError, MemostoreError, ValueError) as exc:
-            _warn(f"cannot restore the stored result of {self.symbol} ({exc}); recomputing")
+            self._warn_unusable(type(exc), f"the stored result cannot be restored ({exc})")
             return "the stored result cannot be restored"
+
+    def _warn_unusable(self, reason: Any, message: str) -> None:
+        """Say why a stored result is not used: once per function and reason, at the
+        user's call (every later call that meets it computes quietly, as verbose says)."""
+        text = message.removeprefix("memostore: ")
+        warn_once(("unusable", self.symbol, reason), f"{self.symbol}: {text}; recomputing")
 
     def _restore_if_moved(
         self, store: Store, ref: str, call: KeyedCall, seen: list[str | None]

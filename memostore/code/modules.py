@@ -65,16 +65,17 @@ def library_roots() -> tuple[Path, ...]:
         candidates += site.getsitepackages()
     with contextlib.suppress(Exception):  # a stripped-down site module: the others still count
         candidates.append(site.getusersitepackages())
-    # Never the user's own directories: a project that happens to hold a
-    # ``*.dist-info`` must not have its code pinned as a package (a stale hit).
+    # Directories a .pth file put on the path that packages were installed into (a
+    # layered environment: a venv reusing another's site-packages) hold distribution
+    # metadata, as every installation target does. Never the user's own directories:
+    # a project that happens to hold a ``*.dist-info`` keeps its code as user code.
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
     user_dirs = [Path.cwd(), *([Path(main_file).resolve().parent] if main_file else [])]
     for entry in sys.path:
-        with contextlib.suppress(OSError):
-            if entry and any(Path(entry).glob("*.dist-info")):
-                resolved = Path(entry).resolve()
-                if not any(d.is_relative_to(resolved) for d in user_dirs):
-                    candidates.append(entry)
+        if entry and _holds_distributions(entry):
+            resolved = Path(entry).resolve()
+            if not any(d.is_relative_to(resolved) for d in user_dirs):
+                candidates.append(entry)
     roots: set[Path] = set()
     for candidate in candidates:
         if candidate:
@@ -84,6 +85,14 @@ def library_roots() -> tuple[Path, ...]:
             if path.parent != path:
                 roots.add(path)
     return tuple(sorted(roots))
+
+
+def _holds_distributions(entry: str) -> bool:
+    try:
+        with os.scandir(entry) as children:
+            return any(child.name.endswith(".dist-info") for child in children)
+    except OSError:
+        return False
 
 
 def under_library_root(file: str) -> bool:

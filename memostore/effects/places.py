@@ -144,7 +144,10 @@ def children(obj: Any, codecs: CodecRegistry = registry) -> Iterator[tuple[Step,
         yield from ((("i", i), x) for i, x in enumerate(obj))
     elif isinstance(obj, dict):
         yield from ((("k", k), v) for k, v in obj.items() if nameable(k))
-    attrs = getattr(obj, "__dict__", None)
+    codec = codecs.for_type(type(obj))
+    attrs = codec.stored_attributes(obj) if codec is not None else None
+    if attrs is None:
+        attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
         yield from ((("a", name), v) for name, v in list(attrs.items()) if type(name) is str)
     for name in _slots(type(obj)):

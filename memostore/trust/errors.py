@@ -1,8 +1,9 @@
 """Refusals of the decoding gate: a stored value names code memostore will not run.
 
-:func:`refuse` warns once per symbol and process, then raises
-:class:`UntrustedCode`; every part of the gate refuses through it, so that a
-memo hit meeting the same value again is a quiet miss.
+:func:`refuse` raises :class:`UntrustedCode`, with the fix in its message;
+every part of the gate refuses through it. A memoised call that meets it warns
+once per function and reason (:func:`warn_once`, at the user's call line), so
+that a hit meeting the same value again is a quiet miss.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _lock = threading.Lock()
 class UntrustedCode(StaleCode):
     """A stored value needs a callable, class or module that restoring may not use.
 
-    The gate warns once per symbol and process before raising it. It derives
+    A memoised call warns once per function and reason when it meets it. It derives
     from :class:`StaleCode` because a memo hit treats both alike and quietly:
     the call computes, as for code that changed since the value was stored,
     and the warning is not repeated on every call that meets the same value.
@@ -52,7 +53,12 @@ class UntrustedOrigin(UntrustedCode):
 
 
 def refuse(symbol: str, why: str, fix: str, what: str = "code") -> NoReturn:
-    """Warn once per symbol and process, then raise UntrustedCode."""
+    """Raise UntrustedCode, whose message says why and how to allow it.
+
+    Whoever meets the refusal says it to the user: a memoised call warns once
+    per function and reason (``memostore/call/memoize.py``), a direct restore
+    raises it.
+    """
     needs = "holds the module" if what == "module" else "needs"
     message = (
         f"a stored value {needs} {symbol}, which memostore does not run to restore a value "
@@ -60,7 +66,6 @@ def refuse(symbol: str, why: str, fix: str, what: str = "code") -> NoReturn:
     )
     if fix:
         message += f". {fix[0].upper()}{fix[1:]}"
-    warn_once((what, symbol), message)
     raise UntrustedCode(symbol, message, fix)
 
 

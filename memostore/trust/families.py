@@ -48,15 +48,18 @@ class StateFamily:
             subclasses one of them (bases that do not exist in the installed
             version are skipped).
         description: one line, for ``get_safe_globals()`` and the docs.
+        also: other top-level packages of the same library (one family for
+            ``lightning`` and its standalone ``pytorch_lightning``).
     """
 
     name: str
     package: str
     bases: tuple[str, ...]
     description: str
+    also: tuple[str, ...] = ()
 
     def covers(self, module: str) -> bool:
-        return module == self.package or module.startswith(self.package + ".")
+        return any(module == p or module.startswith(p + ".") for p in (self.package, *self.also))
 
 
 KNOWN_FAMILIES: tuple[StateFamily, ...] = (
@@ -68,9 +71,27 @@ KNOWN_FAMILIES: tuple[StateFamily, ...] = (
             "transformers.configuration_utils:PreTrainedConfig",
             "transformers.configuration_utils:PretrainedConfig",
             "transformers.generation.configuration_utils:GenerationConfig",
+            "transformers.tokenization_utils_base:PreTrainedTokenizerBase",
         ),
         "Hugging Face models and their layers (nn.Module subclasses transformers defines), "
-        "their configurations (PreTrainedConfig) and generation configurations",
+        "their configurations (PreTrainedConfig), generation configurations and tokenizers",
+    ),
+    StateFamily(
+        "lightning",
+        "lightning",
+        ("torch.nn.modules.module:Module", "builtins:dict"),
+        "Lightning's modules and the dict containers of hyperparameters (AttributeDict)",
+        also=("lightning_fabric", "pytorch_lightning"),
+    ),
+    StateFamily(
+        "peft",
+        "peft",
+        (
+            "torch.nn.modules.module:Module",
+            "peft.config:PeftConfigMixin",
+            "peft.tuners.lora.config:LoraRuntimeConfig",
+        ),
+        "PEFT models and their adapter layers (LoRA, ...) and adapter configurations",
     ),
 )
 

@@ -17,8 +17,8 @@ A stored value is data. Restoring it may use only:
 What may be *called* with stored arguments is narrower (:func:`allow_code`,
 ``CALL``): the registry's callables and the user's classes, never a plain
 function of the user's code nor anything decoded from the value itself.
-Anything else raises :class:`UntrustedCode` after one warning per symbol and
-process naming what would allow it; a memo hit that meets it is a miss.
+Anything else raises :class:`UntrustedCode`, naming what would allow it; a
+memo hit that meets it is a miss, warned once per function and reason.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..code.modules import is_user_module
 from ..errors import DecodeError, MalformedObject, StaleCode
-from .errors import UntrustedOrigin, refuse, warn_once
+from .errors import UntrustedOrigin, refuse
 from .families import ENV_STATE_FAMILIES, families
 from .imports import ImportRefused, import_library_module, import_user_module
 from .lookup import LOCALS, follow, is_dotted, library_object, names_or_none
@@ -152,7 +152,7 @@ def allow_code(
       enabled family (``families.py``).
 
     Raises:
-        UntrustedCode: not allowed for this use (warned once, with the fix).
+        UntrustedCode: not allowed for this use (its message names the fix).
         StaleCode: the user's code changed since the value was stored.
         DecodeError: it no longer exists.
         MalformedObject: a name no code has, or a non-class made by ``__new__``.
@@ -172,7 +172,7 @@ def allow_code(
         in_family = family_object(module, qualname, ctx.value_is_ours)
         if in_family is not None and (use == STATE or isinstance(in_family[0], enum.EnumMeta)):
             return in_family[0]
-        _refuse_library(symbol, module, use)
+        _refuse_library(symbol, module, use, ctx)
     try:
         obj = user_object(module, qualname, ctx)
     except ImportRefused as exc:
@@ -204,9 +204,21 @@ def _checked_use(symbol: str, obj: Any, use: str, listed: bool) -> Any:
     return obj
 
 
-def _refuse_library(symbol: str, module: str, use: str) -> NoReturn:
+def _refuse_library(symbol: str, module: str, use: str, ctx: TrustContext) -> NoReturn:
     """Refuse a library name the registry does not list, naming the fix that fits."""
     family = families.known_for(module)
+    applies = family is not None and (
+        families.enabled_for(module) is not None or ctx.value_is_ours()
+    )
+    if family is not None and applies and use == STATE:
+        # The family applies: this class is not one it makes from state.
+        why = (
+            f"state family {family.name} makes only classes that subclass "
+            f"{', '.join(b.partition(':')[2] for b in family.bases)} and run no code of "
+            "their own to restore (no __setstate__, __reduce__, __new__ or __del__, no "
+            "base written in C), and it is not one; nor is it listed as safe"
+        )
+        refuse(symbol, why, _safe_globals_fix(symbol))
     if family is not None and use == STATE:
         why = (
             f"{module} is a library module of state family {family.name}, which is off for "
@@ -304,7 +316,6 @@ def check_payload(symbol: str, blob_id: str, ctx: TrustContext) -> None:
         f"pickled code from a remote runs when it is loaded, so it is not loaded and the "
         f"stored result is not used. If you trust everyone who can write there: {fix}"
     )
-    warn_once(("origin", symbol, source.key), message)
     raise UntrustedOrigin(symbol, message, fix, source.url, remote.name if remote else "")
 
 

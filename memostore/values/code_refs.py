@@ -20,9 +20,11 @@ whoever wrote the evaluation's claim).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
+import types
 from typing import TYPE_CHECKING, Any
 
 from ..code.modules import names_of as module_and_qualname
@@ -248,4 +250,10 @@ def _load_payload(symbol: str, data: bytes, node: dict[str, Any]) -> Any:
         obj = cloudpickle.loads(memoryview(data)[len(expected) :])
     except Exception as exc:
         raise DecodeError(f"cannot restore {symbol}: {exc}") from exc
+    if isinstance(obj, (type, types.FunctionType)):
+        # cloudpickle rebuilds a dynamic class under its bare __name__; the payload was
+        # checked to be the code of module:qualname, so the restored code is named so.
+        with contextlib.suppress(AttributeError, TypeError):
+            obj.__qualname__ = qualname
+            obj.__module__ = module
     return obj

@@ -80,6 +80,15 @@ class Codec:
         """
         return self.fingerprint(obj) == fingerprint
 
+    def stored_attributes(self, obj: Any) -> dict[str, Any] | None:
+        """The attributes of *obj* as its encoding stores them (None: its ``__dict__``).
+
+        The identity walk (``effects/places.py``) follows these, so that it never
+        records a path through what is not stored (a LightningModule's ``_trainer``,
+        which its ``__getstate__`` drops).
+        """
+        return None
+
     def summarize(self, node: dict[str, Any], reader: Any) -> dict[str, Any]:
         """A JSON summary for ``memostore show`` (no bulk data read)."""
         return {"type": self.tag}

@@ -79,8 +79,8 @@ def _file_chunks(path: str) -> Iterator[bytes]:
             yield chunk
 
 
-def _stream_bytes(table: Any) -> Any:
-    """*table* (a ``pyarrow.Table``) as an Arrow IPC stream, the format datasets maps."""
+def arrow_stream(table: Any) -> Any:
+    """*table* (a ``pyarrow.Table``) as an Arrow IPC stream (the format datasets maps)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
@@ -113,13 +113,13 @@ def _table_node(table: Any, enc: Any) -> dict[str, Any]:
                 "replays": enc.node(list(table.replays)),
             }
     arrow = table.table
-    first = [_stream_bytes(arrow)]
+    first = [arrow_stream(arrow)]
     size = first[0].size
 
     def produce() -> tuple[Any]:
         # The serialisation made here is hashed and dropped; storing makes it again,
         # so no copy of the rows is held while the call runs.
-        return (first.pop() if first else _stream_bytes(arrow),)
+        return (first.pop() if first else arrow_stream(arrow),)
 
     blob = enc.blob(produce, size)
     return {"t": "arrow", "blob": blob, "bytes": size, "replays": []}

@@ -132,7 +132,8 @@ def _c_bytes(arr: Any) -> memoryview:
     import numpy as np
 
     data = np.ascontiguousarray(arr)
-    return memoryview(data).cast("B") if data.size else memoryview(b"")
+    # As bytes through a view: the buffer protocol refuses datetime64 and timedelta64.
+    return memoryview(data.reshape(-1).view(np.uint8)) if data.size else memoryview(b"")
 
 
 def _tuples(descr: Any) -> Any:
