@@ -68,7 +68,10 @@ def param_key(node: Any) -> Hashable | None:
     data = node.get("data")
     if not isinstance(data, dict) or "blob" not in data or "base" in data:
         return None
-    return (data["blob"], bool(node.get("requires_grad")), node.get("kind"), node.get("device"))
+    # The grad too: equal weights holding different gradients are different values.
+    grad = canonical_json(node.get("grad"))
+    kind, device = node.get("kind"), node.get("device")
+    return (data["blob"], bool(node.get("requires_grad")), kind, device, grad)
 
 
 class ModuleCodec(Codec):

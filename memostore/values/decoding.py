@@ -51,10 +51,10 @@ _HEX_INT = re.compile(r"-?[0-9a-f]+")
 class _Frame:
     __slots__ = ("labels", "orders", "scratch")
 
-    def __init__(self, orders: dict[int, list[int]]) -> None:
+    def __init__(self, orders: dict[int, list[int]] | None = None) -> None:
         self.labels: dict[int, Any] = {}
         self.scratch: dict[Any, Any] = {}
-        self.orders = orders  # id(items list) -> the order its items were stored in
+        self.orders = orders or {}  # id(items list) -> the order its items were stored in
 
 
 class Decoder:
