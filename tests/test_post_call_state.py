@@ -1,0 +1,95 @@
+"""Post-call state: everything the body changed that the caller can see, across processes.
+
+A fine-tuning step unfreezes a backbone (``requires_grad_``), adds a parameter
+group, backpropagates and steps Adam; epochs then accumulate gradients over a
+batch count that is not a multiple of the steps, under a ``LambdaLR`` over a
+lambda. A run killed after two epochs and resumed for three must end as the
+plain script does: weights, leftover ``.grad``, Adam state of every group,
+learning rates; and the resumed run hits every stored epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from conftest import run_script, write_script
+
+SCRIPT = r"""
+import hashlib, json, sys
+import torch
+from torch import nn
+from memostore import memo
+
+torch.manual_seed(0)
+backbone = nn.Linear(4, 4)
+head = nn.Linear(4, 2)
+model = nn.Sequential(backbone, head)
+for p in backbone.parameters():
+    p.requires_grad_(False)
+opt = torch.optim.Adam(head.parameters(), lr=0.1)
+x = torch.randn(10, 4)
+
+
+@memo
+def unfreeze(model, opt, x):
+    for p in model[0].parameters():
+        p.requires_grad_(True)
+    opt.add_param_group({"params": list(model[0].parameters()), "lr": 0.01})
+    opt.zero_grad()
+    model(x).pow(2).mean().backward()
+    opt.step()
+
+
+@memo
+def epoch(model, opt, sched, x, accumulate=3):
+    # 5 batches, a step every 3: the gradients of the last 2 carry into the next epoch.
+    for i, batch in enumerate(x.split(2)):
+        model(batch).pow(2).mean().backward()
+        if (i + 1) % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+    sched.step()
+    return float(model(x).pow(2).mean())
+
+
+def state():
+    weights = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    grads = b"".join(p.grad.numpy().tobytes() for p in model.parameters() if p.grad is not None)
+    return {
+        "weights": hashlib.sha256(weights).hexdigest()[:16],
+        "grads": hashlib.sha256(grads).hexdigest()[:16],
+        "sizes": [len(opt.state[p]) for g in opt.param_groups for p in g["params"]],
+        "lr": [g["lr"] for g in opt.param_groups],
+    }
+
+
+unfreeze(model, opt, x)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 0.5 ** epoch)
+out = {"after_unfreeze": state(), "losses": []}
+for _ in range(int(sys.argv[1])):
+    out["losses"].append(epoch(model, opt, sched, x))
+opt.step()  # the caller's next step uses the gradients left over
+out["end"] = state()
+print(json.dumps(out))
+"""
+REPRODUCIBLE = {"MKL_CBWR": "COMPATIBLE", "PYTHONWARNINGS": "ignore"}
+
+
+def test_a_resumed_fine_tuning_run_ends_as_the_plain_script(tmp_path: Path) -> None:
+    plain = write_script(
+        tmp_path, "plain.py", SCRIPT.replace("from memostore import memo\n", "memo = lambda f: f\n")
+    )
+    memoised = write_script(tmp_path, "finetune.py", SCRIPT)
+    expected = json.loads(run_script(plain, "3", env=REPRODUCIBLE).stdout)
+    env = {**REPRODUCIBLE, "MEMOSTORE_DIR": str(tmp_path / "store"), "MEMOSTORE_VERBOSE": "1"}
+    killed = run_script(memoised, "2", env=env)
+    assert killed.stderr.count("epoch: miss") == 2
+    resumed = run_script(memoised, "3", env=env)
+    calls = re.findall(r"^memostore: (\w+): (hit|miss)", resumed.stderr, re.M)
+    # Each stored call hits, the scheduler's lambda restored included: then the third runs.
+    assert calls == [("unfreeze", "hit"), ("epoch", "hit"), ("epoch", "hit"), ("epoch", "miss")]
+    got = json.loads(resumed.stdout)
+    assert got["after_unfreeze"]["sizes"] == [3, 3, 3, 3], "the added group's Adam state"
+    assert got == expected
