@@ -93,3 +93,72 @@ def test_a_resumed_fine_tuning_run_ends_as_the_plain_script(tmp_path: Path) -> N
     got = json.loads(resumed.stdout)
     assert got["after_unfreeze"]["sizes"] == [3, 3, 3, 3], "the added group's Adam state"
     assert got == expected
+
+
+LOADER_SCRIPT = r"""
+import functools, json
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.dataloader import default_collate
+from memostore import memo
+
+
+def collate(batch, scale=1.0):
+    (x,) = default_collate(batch)
+    return x * scale
+
+
+class Strict:
+    def __init__(self):
+        self.n = 0
+
+    def __setstate__(self, state):
+        if "n" in self.__dict__:
+            raise ValueError("its state is set once")  # a live object refuses it
+        self.__dict__.update(state)
+
+
+@memo
+def epoch_loss(loader):
+    loader.collate_fn.keywords["scale"] = 2.0  # a partial changed in place
+    loader.batch_sampler.batch_size = 3
+    return sum(float(b.sum()) for b in loader)
+
+
+@memo
+def step(history, strict):
+    history.append(len(history))  # changed first, by a miss...
+    strict.n = 2  # ...then a state that a hit cannot put back
+
+
+loader = DataLoader(TensorDataset(torch.arange(12.0)), batch_size=4,
+                    collate_fn=functools.partial(collate, scale=1.0))
+history, strict = [7], Strict()
+out = {"loss": epoch_loss(loader), "batches": [float(b.sum()) for b in loader]}
+out["scale"] = loader.collate_fn.keywords
+step(history, strict)
+out.update(history=history, n=strict.n)
+print(json.dumps(out))
+"""
+
+
+def test_a_hit_that_cannot_put_state_back_refuses_before_changing_anything(
+    tmp_path: Path,
+) -> None:
+    """A partial changed in place made the hit raise half-way ("invalid partial state")."""
+    plain = write_script(
+        tmp_path,
+        "plain.py",
+        LOADER_SCRIPT.replace("from memostore import memo\n", "memo = lambda f: f\n"),
+    )
+    memoised = write_script(tmp_path, "loader.py", LOADER_SCRIPT)
+    expected = json.loads(run_script(plain, env=REPRODUCIBLE).stdout)
+    env = {**REPRODUCIBLE, "MEMOSTORE_DIR": str(tmp_path / "store"), "MEMOSTORE_VERBOSE": "1"}
+    env["PYTHONWARNINGS"] = "ignore::UserWarning"  # memostore's own warnings are shown
+    first = run_script(memoised, env=env)
+    # Checked as a hit would replay it, when stored: said at once, nothing kept.
+    assert "does not take its stored state back" in first.stderr
+    second = run_script(memoised, env=env)
+    calls = re.findall(r"^memostore: (\w+): (hit|miss)", second.stderr, re.M)
+    assert calls == [("epoch_loss", "hit"), ("step", "miss")], second.stderr
+    assert json.loads(second.stdout) == expected
