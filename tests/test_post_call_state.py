@@ -162,3 +162,72 @@ def test_a_hit_that_cannot_put_state_back_refuses_before_changing_anything(
     calls = re.findall(r"^memostore: (\w+): (hit|miss)", second.stderr, re.M)
     assert calls == [("epoch_loss", "hit"), ("step", "miss")], second.stderr
     assert json.loads(second.stdout) == expected
+
+
+CHAIN_SCRIPT = r"""
+import json, sys
+import torch
+from torch import nn
+from memostore import memo
+
+
+class MySGD(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+                    self.state[p]["steps"] = self.state[p].get("steps", 0) + 1
+
+
+torch.manual_seed(0)
+x, y = torch.randn(16, 3), torch.randn(16, 1)
+sub = nn.Linear(3, 1)
+sub_opt = MySGD(sub.parameters())
+lbfgs = nn.Linear(3, 1)
+lbfgs_opt = torch.optim.LBFGS(lbfgs.parameters(), lr=0.5, max_iter=3)
+
+
+@memo
+def epoch(model, opt, x, y):
+    def closure():
+        opt.zero_grad()
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        return loss
+
+    if isinstance(opt, torch.optim.LBFGS):
+        return float(opt.step(closure))
+    loss = closure()
+    opt.step()
+    return float(loss)
+
+
+losses = []
+for _ in range(int(sys.argv[1])):
+    losses.append([epoch(sub, sub_opt, x, y), epoch(lbfgs, lbfgs_opt, x, y)])
+print(json.dumps(losses))
+"""
+
+
+def test_chained_epochs_hit_across_processes_with_a_user_optimizer_and_lbfgs(
+    tmp_path: Path,
+) -> None:
+    """After a hit, the next epoch missed: torch's __setstate__ added defaults it lacked."""
+    plain = write_script(
+        tmp_path,
+        "plain.py",
+        CHAIN_SCRIPT.replace("from memostore import memo\n", "memo = lambda f: f\n"),
+    )
+    memoised = write_script(tmp_path, "chain.py", CHAIN_SCRIPT)
+    expected = json.loads(run_script(plain, "3", env=REPRODUCIBLE).stdout)
+    env = {**REPRODUCIBLE, "MEMOSTORE_DIR": str(tmp_path / "store"), "MEMOSTORE_VERBOSE": "1"}
+    run_script(memoised, "2", env=env)
+    resumed = run_script(memoised, "3", env=env)
+    kinds = re.findall(r"^memostore: epoch: (hit|miss)", resumed.stderr, re.M)
+    assert kinds == ["hit"] * 4 + ["miss"] * 2, resumed.stderr
+    assert json.loads(resumed.stdout) == expected
