@@ -68,10 +68,7 @@ def param_key(node: Any) -> Hashable | None:
     data = node.get("data")
     if not isinstance(data, dict) or "blob" not in data or "base" in data:
         return None
-    # The grad too: equal weights holding different gradients are different values.
-    grad = canonical_json(node.get("grad"))
-    kind, device = node.get("kind"), node.get("device")
-    return (data["blob"], bool(node.get("requires_grad")), kind, device, grad)
+    return (data["blob"], bool(node.get("requires_grad")), node.get("kind"), node.get("device"))
 
 
 class ModuleCodec(Codec):

@@ -127,9 +127,9 @@ class OptimizerCodec(Codec):
         # torch's __setstate__ fills in keys it may lack ("differentiable", ...): the
         # value is what was stored, or the caller's optimizer would get them on a hit
         # and the next chained call would miss.
-        for keys, held in zip(stored, [opt.defaults, *opt.param_groups], strict=True):
-            for key in [k for k in held if k not in keys]:
-                del held[key]
+        for names, held in zip(stored, [opt.defaults, *opt.param_groups], strict=True):
+            for name in [k for k in held if k not in names]:
+                del held[name]
         if fresh:
             used = {i: params[i] for i in range(len(params)) if i not in fresh}
             dec.after(lambda: _bind_late(dec, opt, params, keys, fresh, used))
