@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,14 @@ import pytest
 from conftest_s3 import s3_bucket, s3_server  # noqa: F401  (real S3-API server fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The seed of the generated round trips (test_roundtrip_properties.py): set it to replay
+# a run; drawn here, before any worker starts, so that every worker uses the same one.
+os.environ.setdefault("MEMOSTORE_PROPERTY_SEED", str(random.SystemRandom().randrange(2**32)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"generated round trips: MEMOSTORE_PROPERTY_SEED={os.environ['MEMOSTORE_PROPERTY_SEED']}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -79,6 +79,13 @@ _TENSOR_META = operator.attrgetter("_version", "shape", "dtype", "requires_grad"
 DATA_PTR = torch._C.TensorBase.data_ptr
 STRIDE = torch._C.TensorBase.stride
 _TENSOR_DICT = operator.attrgetter("__dict__")
+_IS_LEAF = operator.attrgetter("is_leaf")
+
+
+def leaf_grad(t: torch.Tensor) -> torch.Tensor | None:
+    """*t*'s ``.grad``, part of its value (None for a non-leaf, whose grad autograd
+    never fills, and which torch warns about reading)."""
+    return t.grad if t.is_leaf else None
 
 
 class _Marker:
@@ -370,6 +377,10 @@ class _Builder:
         rest.append(cls)
         if cls is not torch.Tensor and t.__dict__:
             self.take(t.__dict__)
+        grad = leaf_grad(t)
+        rest.append(grad is None)
+        if grad is not None:
+            self.take(grad)
 
     def finish(self) -> None:
         """Describe the collected tensors and identities, a C-level pass per field."""
@@ -396,6 +407,9 @@ class _Builder:
                 rest.append(meta)
                 rest.append(pointers)
                 rest.append(strides)
+                leaves = map(_IS_LEAF, tensors)
+                grads = [t.grad if leaf else None for t, leaf in zip(tensors, leaves, strict=True)]
+                rest.append(tuple(g is None for g in grads))
                 self.ids.extend(map(id, tensors))
                 refs = list(map(weakref.ref, tensors))
                 self.refs.extend(refs)
@@ -406,6 +420,11 @@ class _Builder:
                         if type(t) is not torch.Tensor and t.__dict__:
                             self.take(t.__dict__)
                     self.finish()  # tensors met inside those attributes
+                if any(g is not None for g in grads):
+                    for grad in grads:
+                        if grad is not None:
+                            self.take(grad)  # a grad is part of its tensor's value
+                    self.finish()
         id_only, self.id_only = self.id_only, []
         if id_only:
             self.ids.extend(map(id, id_only))

@@ -122,7 +122,14 @@ class OptimizerCodec(Codec):
             raise DecodeError("the stored hooks of an optimizer are not a dict")
         full.update(restore_hooks(hooks))
         full.update(defaults=defaults, state=state, param_groups=groups)
+        stored = [set(defaults), *(set(g) for g in groups)]
         opt.__setstate__(full)
+        # torch's __setstate__ fills in keys it may lack ("differentiable", ...): the
+        # value is what was stored, or the caller's optimizer would get them on a hit
+        # and the next chained call would miss.
+        for names, held in zip(stored, [opt.defaults, *opt.param_groups], strict=True):
+            for name in [k for k in held if k not in names]:
+                del held[name]
         if fresh:
             used = {i: params[i] for i in range(len(params)) if i not in fresh}
             dec.after(lambda: _bind_late(dec, opt, params, keys, fresh, used))

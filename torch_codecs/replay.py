@@ -35,7 +35,7 @@ from memostore.values.codecs import Memory
 from memostore.values.hashcache import digest_cache
 
 from .dtypes import dtype_name, tensor_dtype
-from .fingerprints import tensor_data_state
+from .fingerprints import leaf_grad, tensor_data_state
 from .hooks import is_hook_dict
 from .params import params_in
 
@@ -54,6 +54,8 @@ def tensor_unchanged(t: torch.Tensor, s: torch.Tensor) -> bool:
         or s.layout != torch.strided
         or t.__dict__
         or s.__dict__
+        or leaf_grad(t) is not None
+        or leaf_grad(s) is not None
     ):
         return False
     state_t, state_s = tensor_data_state(t), tensor_data_state(s)
@@ -81,7 +83,17 @@ def assign_tensor(t: torch.Tensor, s: torch.Tensor, plan: Planner) -> bool:
         plan.op(lambda: t.requires_grad_(s.requires_grad))
     if t.__dict__ or s.__dict__:
         plan.namespace(t.__dict__, dict(s.__dict__))
+    if leaf_grad(t) is not None or leaf_grad(s) is not None:
+        if not t.is_leaf:
+            raise NotReplayable("a non-leaf tensor's .grad cannot be set")
+        grad = leaf_grad(s)  # it fits s (torch checked), which t becomes first
+        plan.op(lambda: _set_grad(t, grad))
     return True
+
+
+def _set_grad(t: torch.Tensor, grad: torch.Tensor | None) -> None:
+    """The gradient the miss left (None included): a later ``opt.step()`` uses it."""
+    t.grad = None if grad is None else grad.to(t.device)
 
 
 def _copy_into(t: torch.Tensor, s: torch.Tensor) -> None:
@@ -219,7 +231,10 @@ def assign_optimizer(
             with plan.descend(("i", i)):
                 plan.dict_items(group, wanted)
         # Groups the body added (``add_param_group``), bound to the caller's own
-        # parameters where the miss's were the arguments' (``effects/identity.py``).
+        # parameters where the miss's were the arguments' (``effects/identity.py``),
+        # which rebinds them inside the restored groups too: their state is keyed
+        # by the restored parameters, taken first.
+        stored_added = params_in(s.param_groups[groups:])
         added = [
             plan.value(MISSING, other, ("i", groups + i))
             for i, other in enumerate(s.param_groups[groups:])
@@ -227,7 +242,7 @@ def assign_optimizer(
     if added:
         plan.op(lambda: o.param_groups.extend(added))
     pairs = list(zip(mine, theirs, strict=True))
-    pairs += zip(params_in(added), params_in(s.param_groups[groups:]), strict=True)
+    pairs += zip(params_in(added), stored_added, strict=True)
     states: list[Any] = []
     for p, q in pairs:
         theirs_state = s.state.get(q)

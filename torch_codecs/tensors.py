@@ -40,7 +40,7 @@ from memostore.values.hashcache import digest_cache
 
 from .blobs import data_nbytes, read_tensor, tensor_producer
 from .dtypes import check_tensor_dtype, dtype_from_name, dtype_name, tensor_dtype
-from .fingerprints import tensor_data_state
+from .fingerprints import leaf_grad, tensor_data_state
 from .replay import assign_tensor, tensor_memory, tensor_unchanged, tensor_view
 from .summaries import summarize
 
@@ -161,6 +161,9 @@ class TensorCodec(Codec):
         state = t.__dict__ if cls is not torch.Tensor else None
         if state:
             node["state"] = enc.node(dict(state))
+        grad = leaf_grad(t)
+        if grad is not None:
+            node["grad"] = enc.node(grad)
         return node
 
     def _data(self, t: torch.Tensor, enc: Any) -> dict[str, Any]:
@@ -233,6 +236,8 @@ class TensorCodec(Codec):
             t.requires_grad_(True)
         if "state" in node:
             t.__dict__.update(dec.node(node["state"]))
+        if "grad" in node:
+            t.grad = dec.node(node["grad"])  # torch checks its type, shape and device
         blob = (node.get("data") or {}).get("blob")
         if blob is not None and "base" not in node["data"]:
             state = tensor_data_state(t)

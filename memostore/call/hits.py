@@ -102,7 +102,7 @@ def prepare(
         raise NotUsable(changed, warn=False)
     if before_decode is not None:
         before_decode(body)
-    decoder = Decoder(store.objects, body.get("payloads") or {})
+    decoder = Decoder(store.objects, body.get("payloads") or {}, orders=body.get("orders") or "")
     result = decode_result(decoder, body["result"])  # this rank's, when stored per rank
     effects = body.get("effects") or {}
     sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}

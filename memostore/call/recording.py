@@ -162,12 +162,15 @@ def _check_replayable(
     effects: dict[str, str],
     rebound: list[str],
     call: KeyedCall,
-    payloads: Any,
+    code: tuple[Any, str],
     records: list[list[Any]],
     result_id: str,
 ) -> None:
-    """Decode the effects just stored and plan their replay, as a hit will (changes nothing)."""
-    decoder = Decoder(store.objects, payloads)
+    """Decode the effects just stored and plan their replay, as a hit will (changes nothing).
+
+    *code*: the evaluation's payloads and order annex, as a hit's decoder gets them.
+    """
+    decoder = Decoder(store.objects, code[0], orders=code[1])
     sources = {name: decoder.decode_value(doc_id) for name, doc_id in effects.items()}
     relations = None
     # A result that is an argument itself (``return model``) needs no decoding here:
@@ -275,12 +278,13 @@ def store_result(
                     raise NotStorable(
                         f"the state it left in an argument cannot be stored ({exc})"
                     ) from exc
+            orders = encoder.order_annex()
         finally:
             sink.abort()  # a pack left by a failed encoding (none once it succeeded)
         payloads = dict(sorted({**call.encoder.payloads, **encoder.payloads}.items()))
         records = _relations(call, mutated, rebound, result)
         if effects or records:
-            _check_replayable(store, effects, rebound, call, payloads, records, result_id)
+            _check_replayable(store, effects, rebound, call, (payloads, orders), records, result_id)
         fields.update(
             result=result_id,
             result_summary=summarize(result) if writer is None else writer.summary(result),
@@ -290,6 +294,8 @@ def store_result(
             payloads=payloads,
             logs=None,
         )
+        if orders:
+            fields["orders"] = orders
         if effects:
             fields["effects"] = effects
         if rebound:

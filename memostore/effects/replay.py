@@ -36,10 +36,9 @@ what stands there.
 
 from __future__ import annotations
 
-import copyreg
+import copy
 import sys
 import types
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -240,14 +239,8 @@ class Planner:
             self.op(lambda: target.__setitem__(slice(None), items))
 
     def dict_items(self, target: dict[Any, Any], source: dict[Any, Any]) -> None:
-        if isinstance(source, OrderedDict):
-            order = list(source)
-        else:
-            # A plain dict is stored without its order (== ignores it): keep the
-            # target's order for the keys it keeps, new keys after them.
-            order = [k for k in target if k in source]
-            order += [k for k in source if k not in target]
-        items = [(k, self.value(target.get(k, MISSING), source[k], key_step(k))) for k in order]
+        # In the order the miss left (restored with the value, values/order.py).
+        items = [(k, self.value(target.get(k, MISSING), s, key_step(k))) for k, s in source.items()]
         same_keys = list(target) == [k for k, _ in items]
         if not same_keys or any(target[k] is not v for k, v in items):
 
@@ -280,6 +273,7 @@ class Planner:
         if custom and not isinstance(target, (list, dict)):
             if state is MISSING:
                 raise NotReplayable(f"a {cls.__qualname__} has no state to restore")
+            _check_takes(target, state)
             self.op(lambda: target.__setstate__(state))
             return
         if isinstance(state, tuple) and len(state) == 2:
@@ -332,15 +326,37 @@ def _is_ndarray(value: Any) -> bool:
 
 
 def _pickle_state(obj: Any) -> Any:
-    """The state pickling would save for *obj* (``__getstate__``), or MISSING."""
-    getstate = getattr(obj, "__getstate__", None)
-    if getstate is not None:
-        try:
-            return getstate()
-        except TypeError:
-            pass
+    """The state pickling would save for *obj*, or MISSING.
+
+    What its ``__reduce_ex__`` gives, not ``__getstate__`` alone: a class with a
+    reduce of its own (``functools.partial``) keeps its state there, and its
+    ``__setstate__`` takes only that.
+    """
     try:
-        reduced = copyreg.__reduce_ex__(obj, 2)  # type: ignore[attr-defined]
+        reduced = obj.__reduce_ex__(2)
     except Exception:
         return MISSING
-    return reduced[2] if len(reduced) > 2 else MISSING
+    if not isinstance(reduced, tuple) or len(reduced) < 3:
+        return MISSING
+    return reduced[2]
+
+
+def _check_takes(target: Any, state: Any) -> None:
+    """Refuse now, before anything changed, a state *target*'s ``__setstate__`` rejects.
+
+    Tried on a copy of *target* (a hit must never stop half-way through its
+    ops); a target that cannot be copied is left to the op itself.
+    """
+    try:
+        probe = copy.copy(target)
+    except Exception:
+        return
+    if probe is target:
+        return
+    try:
+        probe.__setstate__(state)
+    except Exception as exc:
+        raise NotReplayable(
+            f"a {type(target).__qualname__} does not take its stored state back "
+            f"({type(exc).__name__}: {exc})"
+        ) from None

@@ -18,6 +18,7 @@ An evaluation document's body (``docs/format.md``)::
     provenance {host, python, platform, packages, git, pid, argv, cwd}
     parents    ids of evaluations whose results were passed in
     payloads   code digest -> blob id of code stored by value
+    orders     blob id of the order annex of its values (``values/order.py``), if any
     logs       id of the logs document (metrics), or null
     effects    argument or data global name -> id of the value document of its
                state after the call, for those the body changed (absent if none)
@@ -55,6 +56,7 @@ from ..odb.refs import ref_part
 
 if TYPE_CHECKING:
     from ..odb.store import Store
+    from ..values.decoding import Decoder
     from .context import EvalContext
 
 _SUMMARY_MAX = 80
@@ -162,6 +164,8 @@ def evaluation_doc(fields: dict[str, Any], links: Links) -> Doc:
     links.docs.update(fields.get("parents", ()))
     links.docs.update((fields.get("effects") or {}).values())
     links.blobs.update(fields.get("payloads", {}).values())
+    if fields.get("orders"):
+        links.blobs.add(fields["orders"])
     links.blobs.update(r["after"] for r in (fields.get("rng") or {}).values())
     return Doc(KIND_EVALUATION, fields, links)
 
@@ -294,21 +298,25 @@ class Evaluation:
         A result stored per rank by a job is restored as this process's rank's
         (``values/rank_results.py``).
         """
-        from ..values.decoding import Decoder
         from ..values.rank_results import decode_result
 
         if self.result_id is None:
             raise ValueError(f"evaluation {self.id[:12]} has no result (status {self.status})")
-        return decode_result(Decoder(self.store.objects, self._get("payloads", {})), self.result_id)
+        return decode_result(self._decoder(), self.result_id)
 
     def load_args(self) -> dict[str, Any]:
         """The arguments the call was made with, restored."""
-        from ..values.decoding import Decoder
 
         args_id = self._get("args")
         if args_id is None:
             return {}
-        return dict(Decoder(self.store.objects, self._get("payloads", {})).decode_mapping(args_id))
+        return dict(self._decoder().decode_mapping(args_id))
+
+    def _decoder(self) -> Decoder:
+        from ..values.decoding import Decoder
+
+        payloads, orders = self._get("payloads", {}), self._get("orders") or ""
+        return Decoder(self.store.objects, payloads, orders=orders)
 
     def __repr__(self) -> str:
         return f"<Evaluation {self.id[:12]} {self.function} {self.status}>"

@@ -25,6 +25,7 @@ import importlib
 import sys
 import threading
 import types
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..code.modules import names_of as module_and_qualname
@@ -43,6 +44,11 @@ _LOCALS = "<locals>"
 # value. The digest of the code's closure pins its behaviour, the names its identity.
 _payload_bytes: dict[tuple[str, str, str], bytes] = {}
 _restored_by_value: dict[tuple[str, str, str], Any] = {}
+# Code restored from a payload -> the digest it was stored under. Its source is
+# gone (cloudpickle rebuilds the code object), so hashing it again would give
+# another digest, and a hit would leave the caller unable to hit the next call
+# (a scheduler's lambda, an optimizer's closure). It is the stored code exactly.
+_pinned: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -90,7 +96,11 @@ def code_digest(obj: Any) -> str:
     """The digest of *obj*'s dependency closure today (what a code node pins)."""
     from ..code.deps import code_info
 
-    return code_info(obj).digest
+    try:
+        pinned = _pinned.get(obj)
+    except TypeError:  # neither weakly referable nor hashable: never pinned
+        pinned = None
+    return pinned if pinned is not None else code_info(obj).digest
 
 
 # A payload starts with what it is the code of, so that restoring checks it against
@@ -204,6 +214,8 @@ def decode_code_ref(node: dict[str, Any], dec: DecodeContext, use: str = gate.VA
     obj = _load_payload(symbol, dec.blob_bytes(blob_id), node)
     with _lock:
         obj = _restored_by_value.setdefault(key, obj)
+        with contextlib.suppress(TypeError):  # not pinned: hashed again, at worst a miss
+            _pinned[obj] = digest
     vouch_loaded(obj)
     return gate.checked_use(symbol, obj, use)
 

@@ -36,6 +36,7 @@ from ..errors import DecodeError, MalformedObject, MemostoreError, install_hint
 from ..odb.objects import KIND_VALUE
 from ..trust.sizes import WORD, call_size
 from ..trust.state import enum_by_value
+from . import order as orders_annex
 from .budget import NODE_BYTES, DecodeBudget
 from .codecs import CodecRegistry, registry
 
@@ -52,11 +53,12 @@ _HEX_INT = re.compile(r"-?[0-9a-f]+")
 
 
 class _Frame:
-    __slots__ = ("labels", "scratch")
+    __slots__ = ("labels", "orders", "scratch")
 
-    def __init__(self) -> None:
+    def __init__(self, orders: dict[int, list[int]] | None = None) -> None:
         self.labels: dict[int, Any] = {}
         self.scratch: dict[Any, Any] = {}
+        self.orders = orders or {}  # id(items list) -> the order its items were stored in
 
 
 class Decoder:
@@ -64,6 +66,7 @@ class Decoder:
 
     Attributes:
         payloads: code digest -> blob id of code stored by value (from the evaluation).
+        orders: blob id of the evaluation's order annex (``order.py``), or "".
         session: state shared by every document of this decode (for codecs).
         restored: (object, document id) for each document decoded, so the caller
             can enter restored objects into the hash cache without re-hashing.
@@ -74,9 +77,12 @@ class Decoder:
         objects: BaseObjectStore,
         payloads: dict[str, str] | None = None,
         codecs: CodecRegistry = registry,
+        orders: str = "",
     ) -> None:
         self.objects = objects
         self.payloads = payloads or {}
+        self._orders_id = orders
+        self._orders: dict[str, orders_annex.Annex] | None = None
         self.codecs = codecs
         self.session: dict[Any, Any] = {}
         self.restored: list[tuple[Any, str]] = []
@@ -109,7 +115,7 @@ class Decoder:
         node = self._doc_node(doc_id)
         if not isinstance(node, dict) or node.get("$") != "args":
             raise MalformedObject(f"object {doc_id} is not an arguments document")
-        self._frames.append(_Frame())
+        self._frames.append(_Frame(self._orders_of(doc_id, node)))
         try:
             with _as_decode_error(doc_id):
                 return [(name, self.node(value)) for name, value in node["items"]]
@@ -279,9 +285,21 @@ class Decoder:
         self.budget.read(doc_id, len(doc.data))
         return doc.body["node"]
 
+    def _orders_of(self, doc_id: str, node: Any) -> dict[int, list[int]]:
+        if not self._orders_id:
+            return {}
+        if self._orders is None:
+            self._orders = orders_annex.decode(self.blob_bytes(self._orders_id))
+        entries = self._orders.get(doc_id)
+        return orders_annex.resolve(node, entries) if entries else {}
+
+    def in_order(self, items: list[Any], decoded: list[Any]) -> list[Any]:
+        """*decoded* (the items of the stored list *items*) in the order they were met."""
+        return orders_annex.reorder(decoded, self._frames[-1].orders.get(id(items)))
+
     def _decode_doc(self, doc_id: str) -> Any:
         node = self._doc_node(doc_id)
-        self._frames.append(_Frame())
+        self._frames.append(_Frame(self._orders_of(doc_id, node)))
         try:
             obj = self.node(node)
         finally:
@@ -326,10 +344,12 @@ def _str(dec: Decoder, node: dict[str, Any]) -> str:
 def _dict(dec: Decoder, node: dict[str, Any]) -> dict[Any, Any]:
     out: dict[Any, Any] = {} if node["$"] == "dict" else OrderedDict()
     dec._label(node, out)
+    pairs = []
     for key, value in node["items"]:
         k = dec.node(key)
         dec.check_inert((k,), "a dict key")
-        out[k] = dec.node(value)
+        pairs.append((k, dec.node(value)))
+    out.update(dec.in_order(node["items"], pairs))
     return out
 
 
@@ -338,14 +358,14 @@ def _set(dec: Decoder, node: dict[str, Any]) -> set[Any]:
     dec._label(node, out)
     items = [dec.node(x) for x in node["items"]]
     dec.check_inert(items, "a set element")
-    out.update(items)
+    out.update(dec.in_order(node["items"], items))
     return out
 
 
 def _frozenset(dec: Decoder, node: dict[str, Any]) -> frozenset[Any]:
     items = [dec.node(x) for x in node["items"]]
     dec.check_inert(items, "a set element")
-    return frozenset(items)
+    return frozenset(dec.in_order(node["items"], items))
 
 
 def _object(dec: Decoder, node: dict[str, Any]) -> Any:
@@ -435,7 +455,7 @@ def _apply_state(dec: Decoder, node: dict[str, Any], obj: Any) -> None:
     if "dictitems" in node:
         pairs = [(dec.node(k), dec.node(v)) for k, v in node["dictitems"]]
         dec.check_inert([k for k, _ in pairs], "a dict key")
-        add_dict_items(obj, pairs)
+        add_dict_items(obj, dec.in_order(node["dictitems"], pairs))
     if "state" not in node:
         return
     state = dec.node(node["state"])

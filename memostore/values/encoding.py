@@ -35,6 +35,7 @@ from ..odb.objects import (
     new_hasher,
 )
 from ..odb.packs import PACK_BLOB_MAX, PACK_MAX_BYTES
+from . import order as orders_annex
 from . import scalar_args
 from .codecs import Codec, CodecRegistry, registry
 from .hashcache import HashCache, LineageCache, digest_cache, lineage_cache
@@ -214,7 +215,7 @@ def _hash_chunks(chunks: Iterable[Buffer], size: int) -> str:
 class _Frame:
     """State of the document being built: its links and its identity memo."""
 
-    __slots__ = ("keepalive", "labels", "links", "memo", "scratch")
+    __slots__ = ("keepalive", "labels", "links", "memo", "orders", "scratch")
 
     def __init__(self) -> None:
         self.links = Links()
@@ -223,6 +224,8 @@ class _Frame:
         self.labels = 0
         self.keepalive: list[Any] = []
         self.scratch: dict[Any, Any] = {}
+        # id(items list) -> the order its items were met in, where not canonical
+        self.orders: dict[int, list[int]] = {}
 
 
 def _float_node(value: float) -> Any:
@@ -314,6 +317,10 @@ class Encoder:
         self._frames: list[_Frame] = []
         self._unlabelled = 0  # >0 while encoding set elements and dict keys
         self._nodes = 0  # items of the tuples and frozensets encoded (a gauge of their size)
+        # Storing keeps the order of dicts and sets beside their canonical encoding
+        # (``order.py``): document id -> its order annex. Hashing needs none.
+        self.keep_order = not isinstance(sink, HashSink)
+        self.orders: dict[str, orders_annex.Annex] = {}
 
     # -- entry points ---------------------------------------------------------------
     def encode_value(self, obj: Any) -> str:
@@ -485,8 +492,18 @@ class Encoder:
             ) from None
         finally:
             self._frames.pop()
-        doc = Doc(KIND_VALUE, {"node": node}, frame.links)
-        return self.sink.put_doc(doc)
+        doc_id = self.sink.put_doc(Doc(KIND_VALUE, {"node": node}, frame.links))
+        if frame.orders:
+            self.orders.setdefault(doc_id, orders_annex.annex(node, frame.orders))
+        return doc_id
+
+    def order_annex(self) -> str:
+        """Store the order annex of every document encoded (``order.py``); its blob id,
+        or "" when every dict and set was met in canonical order."""
+        if not self.orders:
+            return ""
+        data = orders_annex.encode(self.orders)
+        return self.sink.put_blob(lambda: (data,), len(data))
 
     def _standalone(self, obj: Any, codec: Codec) -> str:
         fingerprint = None
@@ -572,8 +589,14 @@ class Encoder:
             nodes = [self.node(x) for x in items]
         finally:
             self._unlabelled -= 1
-        nodes.sort(key=_sort_key)
-        return nodes
+        ranks, order = orders_annex.order_of([_sort_key(n) for n in nodes])
+        return self._in_order([nodes[i] for i in ranks], order)
+
+    def _in_order(self, items: list[Any], order: list[int] | None) -> list[Any]:
+        """*items*, canonical; the order they were met in is noted for the annex."""
+        if order is not None and self.keep_order:
+            self._frames[-1].orders[id(items)] = order
+        return items
 
     def _dict_items(self, items: Iterable[tuple[Any, Any]], ordered: bool) -> list[list[Any]]:
         self._unlabelled += 1
@@ -581,11 +604,13 @@ class Encoder:
             keyed = [(self.node(k), v) for k, v in items]
         finally:
             self._unlabelled -= 1
+        order = None
         if not ordered:
-            # As == compares dicts: insertion order does not matter. Keys are
-            # unique, so their encodings are unique too (a total order).
-            keyed.sort(key=lambda kv: _sort_key(kv[0]))
-        return [[k, self.node(v)] for k, v in keyed]
+            # As == compares dicts: insertion order does not matter (it is kept in
+            # the annex). Keys are unique, so their encodings are too (a total order).
+            ranks, order = orders_annex.order_of([_sort_key(k) for k, _ in keyed])
+            keyed = [keyed[i] for i in ranks]
+        return self._in_order([[k, self.node(v)] for k, v in keyed], order)
 
     def _note_lineage(self, obj: Any) -> None:
         if self.lineage is not None:
