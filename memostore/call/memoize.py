@@ -441,7 +441,8 @@ class MemoizedFunction(Generic[P, R]):
             return "the stored result is incomplete"
         except (DecodeError, MemostoreError, ValueError) as exc:
             self._warn_unusable(type(exc), f"the stored result cannot be restored ({exc})")
-            return "the stored result cannot be restored"
+            # The warning is said once per kind; the miss line names each call's reason.
+            return f"the stored result cannot be restored ({exc})"
 
     def _warn_unusable(self, reason: Any, message: str) -> None:
         """Say why a stored result is not used: once per function and reason, at the
