@@ -43,7 +43,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import LockTimeout
-from .fsutil import fsync_dir, write_all
+from .fsutil import write_all
 
 HOST = socket.gethostname()
 # What link() fails with where a file system has no hard links (FAT, some FUSE
@@ -188,9 +188,10 @@ class LockFile:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            # The rename is not fsynced: after a power loss the newest update may
+            # be missing (that call is recomputed), never torn, and the objects it
+            # names were made durable before it (docs/reliability.md, Durability).
             os.replace(self.new_path, self.path)
-            # The rename itself must survive a power loss, not only the bytes.
-            fsync_dir(os.path.dirname(self.path) or ".")
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new_path)

@@ -54,6 +54,7 @@ from .faultkit import (
 EVENTS = (
     "object-write",
     "fsync",
+    "barrier",
     "replace-before",
     "replace-after",
     "lock-held",
