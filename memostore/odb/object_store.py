@@ -43,6 +43,10 @@ _WRITE_CHUNK = 64 << 20
 # tensors of a few MiB each, written into one pack, then cost their write alone
 # (1 GiB in 200 tensors: about 0.3 s less than hashing each before writing it).
 _PIPELINE_MIN_BYTES = 1 << 20
+# Objects below this size wait for the evaluation's barrier (one syncfs) instead of
+# an fsync each. A larger one is fsynced as written: its own bytes dominate its
+# flush, and syncfs would also wait for every other process's dirty pages.
+_DEFER_MAX_BYTES = 1 << 20
 # A packed object's read follows its pack through this many rewrites by gc
 # (each of which lists the packs again) before it reports the object missing.
 _PACK_READ_TRIES = 8
@@ -339,11 +343,12 @@ class DiskObjectStore(BaseObjectStore):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             actual = _hash_while_writing(fd, chunks, size)
-            if not self._group_commit:
+            deferred = self._group_commit and size < _DEFER_MAX_BYTES
+            if not deferred:
                 os.fsync(fd)
             if object_id and actual != object_id:
                 raise CorruptObject(object_id, actual, "bytes given to the store")
-            if self._place(fd, tmp, actual) and self._group_commit:
+            if self._place(fd, tmp, actual) and deferred:
                 with self._dirty_lock:
                     self._dirty_files.append(self._path_text(actual))
         finally:
@@ -401,24 +406,28 @@ class DiskObjectStore(BaseObjectStore):
             self.verified.add(_loose_key(object_id), stamp_of(st))
         return True
 
-    def sync(self) -> None:
+    def sync(self, also: int | None = None) -> None:
         """Make the objects written since the last sync durable: one barrier for all.
 
-        Where the file system offers one (``syncfs``), a single call covers every
-        new object's bytes and every rename; elsewhere each object was fsynced
-        as it was written and the directories that received them are fsynced here.
+        *also*, a descriptor (a ref's new content), is made durable by the same
+        barrier, or by an fsync of its own where none was needed.
+
+        Where the file system offers one (``syncfs``), a single call covers the
+        bytes of every small object written since and every rename; large objects,
+        and all objects elsewhere, were fsynced as written, and the directories
+        that received them are fsynced here.
         """
         with self._dirty_lock:
             dirs, self._dirty_dirs = self._dirty_dirs, set()
             files, self._dirty_files = self._dirty_files, []
-        if not dirs and not files:
-            return
-        if barrier(self._root_text):
+        if files and barrier(self._root_text):
             return
         for f in files:  # the barrier failed: make them durable one by one
             fsync_path(f)
         for d in dirs:
             fsync_dir(d)
+        if also is not None:
+            os.fsync(also)
 
     def iter_ids(self) -> Iterator[str]:
         packed = set(self.packs.ids())

@@ -207,9 +207,11 @@ def record_run(ctx: EvalContext, status: str) -> str | None:
         }
         doc = evaluation_doc(fields, ctx.links)
         ctx.store.objects.add_doc(doc)
-        ctx.store.objects.sync()
         script = ctx.function.split(":", 1)[-1]
-        ctx.store.refs.set(f"runs/{ref_part(script)}/{doc.id}", doc.id)
+        # One barrier: the run's objects and its ref's new content, durable together.
+        ctx.store.refs.set(
+            f"runs/{ref_part(script)}/{doc.id}", doc.id, flush=ctx.store.objects.sync
+        )
         from ..odb import index
 
         index.record(ctx.store, doc.id, doc.body)
@@ -291,11 +293,17 @@ class Evaluation:
         """The global RNGs the body drew from: name -> {"before", "after"} (see hits.py)."""
         return dict(self._get("rng") or {})
 
-    def load_effects(self) -> dict[str, Any]:
-        """The post-call states of the arguments the body changed, restored."""
+    def _decoder(self) -> Any:
+        # The built-in codecs register on import; a process that reached this record
+        # without ``import memostore``'s public names (the CLI) has not loaded them.
+        from ..values import hf_datasets, loggers, numpy_codec, paths  # noqa: F401
         from ..values.decoding import Decoder
 
-        decoder = Decoder(self.store.objects, self._get("payloads", {}))
+        return Decoder(self.store.objects, self._get("payloads", {}))
+
+    def load_effects(self) -> dict[str, Any]:
+        """The post-call states of the arguments the body changed, restored."""
+        decoder = self._decoder()
         return {name: decoder.decode_value(doc_id) for name, doc_id in self.effects.items()}
 
     def load_result(self) -> Any:
@@ -304,21 +312,18 @@ class Evaluation:
         A result stored per rank by a job is restored as this process's rank's
         (``values/rank_results.py``).
         """
-        from ..values.decoding import Decoder
         from ..values.rank_results import decode_result
 
         if self.result_id is None:
             raise ValueError(f"evaluation {self.id[:12]} has no result (status {self.status})")
-        return decode_result(Decoder(self.store.objects, self._get("payloads", {})), self.result_id)
+        return decode_result(self._decoder(), self.result_id)
 
     def load_args(self) -> dict[str, Any]:
         """The arguments the call was made with, restored."""
-        from ..values.decoding import Decoder
-
         args_id = self._get("args")
         if args_id is None:
             return {}
-        return dict(Decoder(self.store.objects, self._get("payloads", {})).decode_mapping(args_id))
+        return dict(self._decoder().decode_mapping(args_id))
 
     def __repr__(self) -> str:
         return f"<Evaluation {self.id[:12]} {self.function} {self.status}>"

@@ -157,9 +157,9 @@ def _instrument() -> None:
 
     real_set = refs.DiskRefContainer.set
 
-    def set_(self: Any, name: str, new: str) -> Any:
+    def set_(self: Any, name: str, new: str, **kw: Any) -> Any:
         checkpoint("publish-before")
-        previous = real_set(self, name, new)
+        previous = real_set(self, name, new, **kw)
         checkpoint("publish-after")
         return previous
 
