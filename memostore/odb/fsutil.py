@@ -32,40 +32,29 @@ def fsync_dir(path: Path | str) -> None:
 
 @functools.cache
 def _syncfs() -> Callable[[int], int] | None:
-    """Linux's ``syncfs(2)`` through the C library, or None where there is none.
-
-    Loaded on the first barrier, not at import: ctypes costs a CLI that never writes.
-    """
+    """Linux's ``syncfs(2)``, or None; loaded on first use (ctypes costs a CLI)."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
 
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if fn is not None:
+        fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
 
 
 def has_barrier() -> bool:
-    """Whether :func:`barrier` can make a whole file system durable in one call.
-
-    Where it can, writers skip the fsync of each new file and call it once.
-    """
+    """Whether :func:`barrier` is available: writers then skip the fsync of each small file."""
     return _syncfs() is not None
 
 
 def barrier(path: Path | str) -> bool:
-    """Make every write to *path*'s file system durable: data, metadata, renames.
+    """Make every write to *path*'s file system durable (data, metadata, renames) at once.
 
-    One ``syncfs`` waits for one journal commit and one cache flush, where an
-    fsync per file and per directory waits for one each. It also flushes other
-    processes' dirty pages on that file system, which would reach the disk
-    anyway within seconds. Since Linux 5.8 it reports writeback errors of the
-    file system; False when it failed or is unavailable (the caller then
-    fsyncs file by file).
+    One ``syncfs`` waits for one journal commit and cache flush, where an fsync per
+    file and directory waits for one each; it also flushes other processes' dirty
+    pages there. It reports writeback errors (Linux >= 5.8): False when it failed
+    or is unavailable, and the caller fsyncs file by file.
     """
     fn = _syncfs()
     if fn is None:
@@ -82,11 +71,9 @@ def barrier(path: Path | str) -> bool:
 
 def fsync_path(path: Path | str) -> None:
     """fsync the file at *path* (gone already: nothing to make durable)."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
