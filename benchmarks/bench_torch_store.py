@@ -46,6 +46,7 @@ from the repository root::
 
     python benchmarks/bench_torch_store.py                 # 1 GiB
     python benchmarks/bench_torch_store.py --size-mib 256 --digest-mib 256 --runs 3
+    python benchmarks/bench_torch_store.py --store-only --tensors 100   # the miss alone
 """
 
 from __future__ import annotations
@@ -412,6 +413,31 @@ def bench_train_keys(dataset_mb: int, runs: int, work: Path) -> dict:
     )
 
 
+def bench_store_only(size_mib: int, runs: int, work: Path) -> dict:
+    """Only the store on a miss against save_file + fsync, in rotation, each after a sync."""
+    sd = ignore_global(make_state_dict(size_mib))
+    times: dict[str, list[float]] = {"store": [], "st_store": []}
+    for run in range(runs):
+        root, path = work / f"only{run}", work / f"only{run}.safetensors"
+        produce = _memoised(sd, root, ignore_global([]))
+        produce.key("warm")
+        stores = {
+            "store": lambda produce=produce: produce("miss"),
+            "st_store": lambda path=path: _fsynced_save(sd, path),
+        }
+        for name in sorted(stores, reverse=run % 2 == 1):
+            os.sync()
+            times[name].append(timed(stores[name])[0])
+        _remove(root)
+        path.unlink()
+    ours, theirs = statistics.median(times["store"]), statistics.median(times["st_store"])
+    what = f"{_size(size_mib)} state_dict of {TENSORS} tensors"
+    report(f"store on a miss ({what})", ours, theirs, "safetensors save_file+fsync", "<= 1.15")
+    return result("torch.store", f"Store a {what} on a miss", ours=ours, baseline=theirs,
+                  baseline_name="safetensors save_file + fsync", kind="max", limit=1.15,
+                  note=f"median of {runs}, in rotation")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=1024, help="state_dict size")
@@ -419,9 +445,15 @@ def main() -> None:
     parser.add_argument("--dataset-mb", type=int, default=400, help="dataset of train(...) keys")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--skip-store", action="store_true", help="no store/restore timing")
+    parser.add_argument("--store-only", action="store_true", help="only the store on a miss")
+    parser.add_argument("--tensors", type=int, default=TENSORS, help="tensors in the state_dict")
     args = parser.parse_args()
+    globals()["TENSORS"] = args.tensors
     work = Path(tempfile.mkdtemp(prefix="bench-torch-", dir=os.environ.get("BENCH_DIR")))
     try:
+        if args.store_only:
+            bench_store_only(args.size_mib, args.runs, work)
+            return
         if not args.skip_store:
             bench_store_restore(args.size_mib, args.runs, work)
         bench_dedup(work)

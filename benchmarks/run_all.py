@@ -123,6 +123,12 @@ TARGETS = (
     Target(29, "Hit overhead, tiny arguments, in-process and as a user runs it ($MEMOSTORE_DIR "
            "set, the function defined in the script)", "<= 0.4x joblib.Memory",
            ("memo.hit_overhead", "memo.hit_overhead_script")),
+    Target(40, "Tiny miss, fsync on (one barrier per evaluation)", "<= 5x joblib.Memory",
+           ("memo.tiny_miss",)),
+    Target(40, "Store a 1 GiB state_dict on a miss", "<= 1.15x save_file + fsync",
+           ("torch.store",)),
+    Target(40, "import memostore in a fresh interpreter", "<= 1.0x import joblib",
+           ("import.memostore",)),
 )  # fmt: skip
 
 
@@ -158,6 +164,7 @@ BENCHES = (
     Bench("bench_distributed.py", (), ("--calls", "200"), "18"),
     Bench("bench_lifecycle.py", (), ("--count", "2000", "--runs", "3", "--evict-objects", "20000"),
           "19"),
+    Bench("bench_import.py", (), ("--runs", "5"), "40"),
     Bench("bench_sharded.py", (), ("--layers", "4", "--dim", "2048", "--runs", "1"), "32"),
 )  # fmt: skip
 

@@ -9,27 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# torch.distributed jobs: registers how a rank makes a memoised call (call/ranks.py).
-from . import distributed as distributed
-from .call.memoize import memo
-from .call.verbose import set_verbose
-from .code.deps import ignore_global
 from .errors import MemostoreError, MemostoreWarning
-from .odb.store import Store
-from .records.evaluation import Evaluation
-from .trust import add_safe_globals
-from .values import hashing as _hashing  # code digests key data globals by value digests
-from .values import hf_datasets as _hf_datasets  # registers datasets' codecs (by type name)
-from .values import hf_tokenizers as _hf_tokenizers  # registers tokenizers' codecs (by type name)
-from .values import loggers as _loggers  # registers the logging.Logger codec
-from .values import numpy_codec as _numpy_codec  # registers the ndarray codec
-from .values import omegaconf_codec as _omegaconf_codec  # registers OmegaConf's (by type name)
-from .values import pandas_codec as _pandas_codec  # registers DataFrame's codecs (by type name)
-from .values import paths as _paths  # registers the codec of @memo(files=...) arguments
-from .values.codecs import Codec, register_codec
-from .values.hashcache import forget as forget_digest
-from .values.immutable import register_immutable
-from .values.snapshot import Snapshot, snapshot
 
 __version__ = "0.1.0"
 
@@ -53,24 +33,64 @@ __all__ = [
     "snapshot",
 ]
 
-del _hashing, _numpy_codec, _omegaconf_codec, _pandas_codec
-del _hf_datasets, _hf_tokenizers, _loggers, _paths
 
-# Metric logging pulls in numpy; load it on first use so that the CLI and
-# scripts that never log start fast.
-_LAZY = {"SummaryWriter": "memostore.metrics", "log": "memostore.metrics"}
+def _load() -> dict[str, Any]:
+    """The public names, with every codec and hook registered (on first use of any).
+
+    ``import memostore`` stays as cheap as its errors; the CLI reaches the wings
+    it needs directly and never pays for torch.distributed, numpy or the codecs.
+    """
+    # For their registrations: how a rank makes a memoised call (call/ranks.py), code
+    # digests of data globals, and the codecs of datasets, loggers, ndarrays and files.
+    from . import distributed  # noqa: F401
+    from .call.memoize import memo  # noqa: F401
+    from .call.verbose import set_verbose  # noqa: F401
+    from .code.deps import ignore_global  # noqa: F401
+    from .odb.store import Store  # noqa: F401
+    from .records.evaluation import Evaluation  # noqa: F401
+    from .trust import add_safe_globals  # noqa: F401
+    from .values import builtin_codecs, hashing  # noqa: F401
+    from .values.codecs import Codec, register_codec  # noqa: F401
+    from .values.hashcache import forget as forget_digest  # noqa: F401
+    from .values.immutable import register_immutable  # noqa: F401
+    from .values.snapshot import Snapshot, snapshot  # noqa: F401
+
+    names = locals()
+    return {name: names[name] for name in __all__ if name in names}
+
+
+# Metric logging pulls in numpy: loaded apart, on its own first use.
+_METRICS = {"SummaryWriter", "log"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memostore' has no attribute {name!r}")
-    import importlib
+    if name in _METRICS:
+        from . import metrics
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+        value = getattr(metrics, name)
+        globals()[name] = value
+        return value
+    if name not in __all__:
+        # Submodules, dunders, typos: never load everything for them (``from . import
+        # metrics`` asks here before it imports the submodule).
+        raise AttributeError(f"module 'memostore' has no attribute {name!r}")
+    names = _load()
+    globals().update(names)
+    if name not in names:
+        raise AttributeError(f"module 'memostore' has no attribute {name!r}")
+    return names[name]
 
 
 if TYPE_CHECKING:
+    from . import distributed as distributed
+    from .call.memoize import memo
+    from .call.verbose import set_verbose
+    from .code.deps import ignore_global
     from .metrics import SummaryWriter, log
+    from .odb.store import Store
+    from .records.evaluation import Evaluation
+    from .trust import add_safe_globals
+    from .values.codecs import Codec, register_codec
+    from .values.hashcache import forget as forget_digest
+    from .values.immutable import register_immutable
+    from .values.snapshot import Snapshot, snapshot

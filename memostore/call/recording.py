@@ -403,12 +403,13 @@ def publish(
 
     The refs are written last: until then nothing names the new objects. The
     call's own ref comes last of all, so that whoever reads it finds the other.
+    One barrier makes the objects and the first ref's new content durable
+    together, before that ref is replaced (group commit).
     """
     doc = evaluation_doc(fields, ctx.links)
     store.objects.add_doc(doc)
     _sign(store, doc.id)
-    store.objects.sync()
     for name in ref_names:
-        store.refs.set(name, doc.id)
+        store.refs.set(name, doc.id, flush=store.objects.sync)
     index.record(store, doc.id, doc.body)
     return doc

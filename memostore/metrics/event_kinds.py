@@ -34,8 +34,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
 # Tag kinds kept as events (scalars have their own columns).
 TAG_KINDS = (
     "text",
@@ -85,6 +83,8 @@ def event_blobs(event: dict[str, Any]) -> Iterator[str]:
 
 def event_columns(kind: str, events: list[dict[str, Any]]) -> dict[str, tuple[str, Any]]:
     """The columns of one chunk of a tag's *events* (all of *kind*)."""
+    import numpy as np  # here, not above: listing runs (the CLI's log) needs none
+
     steps = ("i8", np.array([e["step"] for e in events], dtype=np.int64))
     if kind == "text":
         return {"steps": steps, "texts": ("json", [e["text"] for e in events])}

@@ -40,12 +40,15 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import LockTimeout
-from .fsutil import fsync_dir, write_all
+from .fsutil import write_all
 
 HOST = socket.gethostname()
+# Makes what was written to a descriptor durable (os.fsync, or a store's barrier).
+Flush = Callable[[int], None]
 # What link() fails with where a file system has no hard links (FAT, some FUSE
 # and SMB mounts).
 _NO_HARD_LINKS = frozenset(
@@ -178,19 +181,24 @@ class LockFile:
             self._fd = fd
             return
 
-    def commit(self, data: bytes) -> None:
-        """Replace *path* with *data* (written and fsynced first), then release the lock."""
+    def commit(self, data: bytes, flush: Flush | None = None) -> None:
+        """Replace *path* with *data* (made durable first), then release the lock.
+
+        *flush* makes the written descriptor durable: an fsync unless given (the
+        store passes its barrier, which covers the new objects and this at once).
+        """
         assert self._fd is not None, "commit() without acquire()"
         try:
             fd = os.open(self.new_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 write_all(fd, memoryview(data))
-                os.fsync(fd)
+                (flush or os.fsync)(fd)
             finally:
                 os.close(fd)
+            # The rename is not fsynced: after a power loss the newest update may
+            # be missing (that call is recomputed), never torn, and the objects it
+            # names were made durable before it (docs/reliability.md, Durability).
             os.replace(self.new_path, self.path)
-            # The rename itself must survive a power loss, not only the bytes.
-            fsync_dir(os.path.dirname(self.path) or ".")
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.new_path)

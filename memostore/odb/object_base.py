@@ -9,6 +9,7 @@ never modified; every read of a whole object re-checks its digest.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -78,8 +79,13 @@ class BaseObjectStore(ABC):
     def quarantine(self, object_id: str) -> None:
         """Move a damaged object out of the way so that a rewrite can repair it."""
 
-    def sync(self) -> None:  # noqa: B027 - optional hook, nothing to do in memory
-        """Make every object written so far durable (a no-op in memory)."""
+    def sync(self, also: int | None = None) -> None:
+        """Make every object written so far durable, and the file open as *also*.
+
+        In memory there is nothing to do but the fsync of *also*.
+        """
+        if also is not None:
+            os.fsync(also)
 
     def freshen(self, object_id: str) -> bool:
         """True if the object is present; on disk, also refresh its modification time.

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import MemostoreError, RefError
 from .inside import CheckedDirs, make_dirs_beneath, refusal
-from .lockfile import LockFile
+from .lockfile import Flush, LockFile
 from .objects import is_object_id
 
 # Matched with fullmatch: "$" would also accept a part ending in a newline.
@@ -103,8 +103,12 @@ class BaseRefContainer(ABC):
         """
 
     @abstractmethod
-    def set(self, name: str, new: str) -> str | None:
-        """Point *name* at *new* whatever it held; return the previous value."""
+    def set(self, name: str, new: str, *, flush: Flush | None = None) -> str | None:
+        """Point *name* at *new* whatever it held; return the previous value.
+
+        On disk, *flush* makes the new content durable before it replaces the
+        ref (given the descriptor it is written to; default: an fsync of it).
+        """
 
     @abstractmethod
     def delete_if_equals(self, name: str, old: str | None) -> bool:
@@ -139,7 +143,7 @@ class MemoryRefContainer(BaseRefContainer):
             self._refs[name] = new
             return True
 
-    def set(self, name: str, new: str) -> str | None:
+    def set(self, name: str, new: str, *, flush: Flush | None = None) -> str | None:
         check_ref_name(name)
         if not is_object_id(new):
             raise RefError(f"not an object id: {new!r}")
@@ -206,12 +210,16 @@ class DiskRefContainer(BaseRefContainer):
         swapped, _ = self._update(name, new, lambda current: current == old)
         return swapped
 
-    def set(self, name: str, new: str) -> str | None:
-        _, previous = self._update(name, new, lambda current: True)
+    def set(self, name: str, new: str, *, flush: Flush | None = None) -> str | None:
+        _, previous = self._update(name, new, lambda current: True, flush)
         return previous
 
     def _update(
-        self, name: str, new: str, accept: Callable[[str | None], bool]
+        self,
+        name: str,
+        new: str,
+        accept: Callable[[str | None], bool],
+        flush: Flush | None = None,
     ) -> tuple[bool, str | None]:
         """Under the ref's lock: if *accept* (current value) holds, write *new*.
 
@@ -233,7 +241,7 @@ class DiskRefContainer(BaseRefContainer):
             if not accept(current):
                 lock.release()
                 return False, current
-            lock.commit(new.encode("ascii") + b"\n")
+            lock.commit(new.encode("ascii") + b"\n", flush)
         except BaseException:
             lock.release()
             raise

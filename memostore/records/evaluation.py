@@ -210,9 +210,11 @@ def record_run(ctx: EvalContext, status: str) -> str | None:
         }
         doc = evaluation_doc(fields, ctx.links)
         ctx.store.objects.add_doc(doc)
-        ctx.store.objects.sync()
         script = ctx.function.split(":", 1)[-1]
-        ctx.store.refs.set(f"runs/{ref_part(script)}/{doc.id}", doc.id)
+        # One barrier: the run's objects and its ref's new content, durable together.
+        ctx.store.refs.set(
+            f"runs/{ref_part(script)}/{doc.id}", doc.id, flush=ctx.store.objects.sync
+        )
         from ..odb import index
 
         index.record(ctx.store, doc.id, doc.body)
@@ -306,13 +308,15 @@ class Evaluation:
 
     def load_args(self) -> dict[str, Any]:
         """The arguments the call was made with, restored."""
-
         args_id = self._get("args")
         if args_id is None:
             return {}
         return dict(self._decoder().decode_mapping(args_id))
 
     def _decoder(self) -> Decoder:
+        # The built-in codecs register on import; a process that reached this record
+        # without ``import memostore``'s public names (the CLI) has not loaded them.
+        from ..values import builtin_codecs  # noqa: F401
         from ..values.decoding import Decoder
 
         payloads, orders = self._get("payloads", {}), self._get("orders") or ""

@@ -110,6 +110,14 @@ def _instrument() -> None:
 
     object_store.write_all = write_all
 
+    real_barrier = object_store.barrier
+
+    def barrier(path: Any) -> bool:
+        checkpoint("barrier")  # the one flush of an evaluation's objects
+        return real_barrier(path)
+
+    object_store.barrier = barrier
+
     real_fsync, real_replace, real_open = os.fsync, os.replace, os.open
 
     def fsync(fd: int) -> None:
@@ -149,9 +157,9 @@ def _instrument() -> None:
 
     real_set = refs.DiskRefContainer.set
 
-    def set_(self: Any, name: str, new: str) -> Any:
+    def set_(self: Any, name: str, new: str, **kw: Any) -> Any:
         checkpoint("publish-before")
-        previous = real_set(self, name, new)
+        previous = real_set(self, name, new, **kw)
         checkpoint("publish-after")
         return previous
 
