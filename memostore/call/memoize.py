@@ -426,29 +426,30 @@ class MemoizedFunction(Generic[P, R]):
                 return self._prepare_hit(store, newer, call)
         except hits.NotUsable as exc:
             if exc.warn:
-                self._warn_unusable(exc.reason, f"the stored result is not used: {exc}")
+                self._warn_unusable(f"the stored result is not used: {exc}")
             return exc.reason
         except UntrustedCode as exc:
             # Before StaleCode, its base: the reason must not blame a code change the
             # user cannot find.
-            self._warn_unusable(exc.symbol, str(exc))
+            self._warn_unusable(str(exc))
             fix = f"; {exc.fix}" if exc.fix else ""
             return f"the stored value is untrusted: it needs {exc.symbol}{fix}"
         except StaleCode as exc:
             return f"code a stored value needs has changed ({exc})"
         except ObjectNotFound as exc:
-            self._warn_unusable("incomplete", f"the stored result is incomplete ({exc})")
+            self._warn_unusable(f"the stored result is incomplete ({exc})")
             return "the stored result is incomplete"
         except (DecodeError, MemostoreError, ValueError) as exc:
-            self._warn_unusable(type(exc), f"the stored result cannot be restored ({exc})")
+            self._warn_unusable(f"the stored result cannot be restored ({exc})")
             # The warning is said once per kind; the miss line names each call's reason.
             return f"the stored result cannot be restored ({exc})"
 
-    def _warn_unusable(self, reason: Any, message: str) -> None:
-        """Say why a stored result is not used: once per function and reason, at the
-        user's call (every later call that meets it computes quietly, as verbose says)."""
+    def _warn_unusable(self, message: str) -> None:
+        """Say why a stored result is not used: once per function and message, at the
+        user's call (every later call that meets the same reason computes quietly, as
+        verbose says; another damaged object, another class, is said anew)."""
         text = message.removeprefix("memostore: ")
-        warn_once(("unusable", self.symbol, reason), f"{self.symbol}: {text}; recomputing")
+        warn_once(("unusable", self.symbol, text), f"{self.symbol}: {text}; recomputing")
 
     def _restore_if_moved(
         self, store: Store, ref: str, call: KeyedCall, seen: list[str | None]
