@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LockTimeout, MemostoreError
 from ..odb.lockfile import LockFile
-from .trigger import LOG_NAME, LOGS_DIRNAME, NOTICE_NAME, read_tail
+from .trigger import LOG_NAME, LOGS_DIRNAME, NOTICE_NAME
 
 if TYPE_CHECKING:
     from ..odb.store import Store
@@ -164,13 +164,6 @@ def take_notice(store: Store) -> str | None:
     finally:
         with contextlib.suppress(OSError):
             taken.unlink()
-
-
-def read_log(store: Store, since: float = 0.0) -> list[dict[str, Any]]:
-    """The records of ``logs/evict.log`` written after *since* (from its last 16 KiB)."""
-    if store.root is None:
-        return []
-    return read_tail(store.root / LOGS_DIRNAME / LOG_NAME, since)
 
 
 def main(argv: list[str] | None = None) -> int:

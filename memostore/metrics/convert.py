@@ -68,17 +68,6 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def to_float(value: Any) -> float:
-    """One number from a Python number, NumPy scalar or one-element tensor/array."""
-    try:
-        return float(value)
-    except TypeError:
-        array = to_numpy(value)
-        if array.size != 1:
-            raise ValueError(f"expected one number, got an array of shape {array.shape}") from None
-        return float(array.reshape(-1)[0])
-
-
 def encode_png(pixels: np.ndarray) -> bytes:
     """PNG bytes of an ``(H, W, C)`` uint8 array, C in 1 (grey), 2, 3 (RGB), 4 (RGBA)."""
     height, width, channels = pixels.shape
@@ -185,11 +174,6 @@ def image_pixels(img: Any, dataformats: str = "CHW") -> np.ndarray:
     if channels not in _PNG_COLOR_TYPES:
         raise TypeError(f"Cannot handle this data type: {(1, 1, channels)}, |u1")
     return hwc
-
-
-def grid_pixels(imgs: Any, dataformats: str = "NCHW") -> np.ndarray:
-    """A batch of images tiled into one (up to 8 per row), as torch's ``add_images``."""
-    return image_pixels(imgs, dataformats)
 
 
 def boxed_pixels(

@@ -291,13 +291,6 @@ class Evaluation:
         """The global RNGs the body drew from: name -> {"before", "after"} (see hits.py)."""
         return dict(self._get("rng") or {})
 
-    def load_effects(self) -> dict[str, Any]:
-        """The post-call states of the arguments the body changed, restored."""
-        from ..values.decoding import Decoder
-
-        decoder = Decoder(self.store.objects, self._get("payloads", {}))
-        return {name: decoder.decode_value(doc_id) for name, doc_id in self.effects.items()}
-
     def load_result(self) -> Any:
         """The stored result, restored as fresh objects (digest-pinned code is checked).
 

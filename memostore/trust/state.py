@@ -176,13 +176,6 @@ def _bases(family: StateFamily) -> tuple[type, ...]:
     return tuple(out)
 
 
-def is_family_class(cls: type) -> bool:
-    """Whether *cls* is a library class made from state alone (not vouched for)."""
-    return families.enabled_for(getattr(cls, "__module__", "") or "") is not None and not (
-        vouches_for(cls)
-    )
-
-
 def enum_by_value(cls: enum.EnumMeta, args: list[Any]) -> Any:
     """The member of enum *cls* whose value is ``args[0]``: ``cls(value)`` without a call.
 
