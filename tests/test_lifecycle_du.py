@@ -14,7 +14,7 @@ from conftest import run_script, write_script
 from memostore_cli.main import cli
 from test_cli import run_cli
 
-from memostore.lifecycle.usage import compute_usage, plan_eviction
+from memostore.lifecycle.usage import compute_usage
 from memostore.odb.store import Store
 
 LIB = """\
@@ -282,22 +282,6 @@ def test_a_torn_links_cache_line_is_skipped(store: Path) -> None:
     assert du_json(store) == data
     links.write_bytes(b"not a cache\n" + content[:-7])
     assert du_json(store) == data
-
-
-def test_eviction_plan_stops_at_the_target_and_skips_tagged(store: Path) -> None:
-    assert invoke(store, "tag", "keep", "solo").exit_code == 0
-    usage = compute_usage(Store(store))
-    by_function = {e.function: e.id for e in usage.evaluations.values()}
-    first, second = sorted(
-        (e for e in usage.evaluations.values() if e.function == "lib:pair"),
-        key=lambda e: e.started,
-    )
-    order = [by_function["lib:solo"], second.id, first.id]
-    # One removal is enough: the plan stops there, skipping the tagged one.
-    target = usage.reachable_bytes - usage.exclusive_bytes(second.id)
-    assert plan_eviction(usage, order, target) == [second.id]
-    assert plan_eviction(usage, order, 0) == [second.id, first.id]
-    assert plan_eviction(usage, order, usage.reachable_bytes) == []
 
 
 def _human(n: int) -> str:

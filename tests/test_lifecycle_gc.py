@@ -186,30 +186,43 @@ def test_dry_run_changes_nothing(project: Project) -> None:
     assert project.refs() == refs and project.object_files() == files
 
 
+# The children run until the test creates the stop file (argv[1]), and say when
+# they are under way: gc starts only once both are, so the three overlap by
+# construction, not by a sleep that hopes so. The hour is a guard, not a timing.
 WRITER = """\
-import sys, time
+import os, sys, time
 import lib
 
-end = time.time() + float(sys.argv[1])
-n = 200
-while time.time() < end:
+stop, guard, n = sys.argv[1], time.time() + 3600, 200
+while (n < 203 or not os.path.exists(stop)) and time.time() < guard:
     lib.make(n)
     print("STORED", n, lib.make.lookup(n).id, flush=True)
     n += 1
 """
 
 READER = """\
-import sys, time
+import os, sys, time
 import lib
 
-end = time.time() + float(sys.argv[2])
-n, count = int(sys.argv[1]), 0
-while time.time() < end:
+stop, guard, n, count = sys.argv[1], time.time() + 3600, int(sys.argv[2]), 0
+while (count == 0 or not os.path.exists(stop)) and time.time() < guard:
     value = lib.make(n)
     assert value.shape == (n,) and float(value[0]) == n, "BAD VALUE"
+    if count == 0:
+        print("READING", flush=True)
     count += 1
 print("READS", count, flush=True)
 """
+
+
+def _read_until(proc: subprocess.Popen, prefix: str) -> str:
+    """The child's output up to and including its first line that starts with *prefix*."""
+    assert proc.stdout is not None
+    lines = ""
+    while not (line := proc.stdout.readline()).startswith(prefix):
+        assert line, f"the child ended before saying {prefix}: {lines}"
+        lines += line
+    return lines + line
 
 
 def test_concurrent_writers_and_readers_lose_nothing(project: Project) -> None:
@@ -220,6 +233,7 @@ def test_concurrent_writers_and_readers_lose_nothing(project: Project) -> None:
     (project.root / "writer.py").write_text(WRITER)
     (project.root / "reader.py").write_text(READER)
     env = {**os.environ, **project.env}
+    stop = project.root / "stop"
     procs = [
         subprocess.Popen(
             [sys.executable, str(project.root / script), *args],
@@ -229,12 +243,17 @@ def test_concurrent_writers_and_readers_lose_nothing(project: Project) -> None:
             stderr=subprocess.PIPE,
             text=True,
         )
-        for script, args in (("writer.py", ["4"]), ("reader.py", [str(N), "4"]))
+        for script, args in (("writer.py", [str(stop)]), ("reader.py", [str(stop), str(N)]))
     ]
-    time.sleep(1.0)  # both running
-    report = project.gc_json("--max-size", str(int(ONE * 1.5)), "--grace", "2")
-    outputs = [p.communicate(timeout=60) for p in procs]
+    try:
+        written = _read_until(procs[0], "STORED")  # the writer has published one result
+        _read_until(procs[1], "READING")  # and the reader has read one
+        report = project.gc_json("--max-size", str(int(ONE * 1.5)), "--grace", "2")
+    finally:
+        stop.touch()
+    outputs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outputs
+    outputs[0] = (written + outputs[0][0], outputs[0][1])
     assert evicted_ids(report) == set(old.values())
     stored = [line.split() for line in outputs[0][0].splitlines() if line.startswith("STORED")]
     assert len(stored) >= 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -167,11 +168,11 @@ def test_plot_overlays_evaluations(trained: tuple[Store, str]) -> None:
     assert missing.exit_code != 0 and "loss" in str(missing.exception)
 
 
-def test_plot_of_a_million_points_is_fast(store_dir: Path) -> None:
-    n = 1_000_000
+def _plot_seconds(n: int) -> tuple[float, str]:
+    """The best of three ``memostore plot`` runs over a curve of *n* points, and its output."""
     rng = np.random.default_rng(0)
-    values = np.exp(-np.arange(n) / 3e5) + 0.01 * rng.standard_normal(n)
-    values[123_456] = 50.0  # one spike
+    values = np.exp(-np.arange(n) / (0.3 * n)) + 0.01 * rng.standard_normal(n)
+    values[n // 8] = 50.0  # one spike
     contents = Contents(
         header={},
         scalars={
@@ -186,15 +187,26 @@ def test_plot_of_a_million_points_is_fast(store_dir: Path) -> None:
     )
     store = Store.default()
     logs_id = seal(store.objects, contents)
-    fields = {"function": "bench:plot", "status": "ok", "logs": logs_id, "started": 0.0}
+    fields = {"function": f"bench:plot{n}", "status": "ok", "logs": logs_id, "started": 0.0}
     doc = evaluation_doc(fields, Links())
     store.objects.add_doc(doc)
-    t0 = time.perf_counter()
-    result = CliRunner().invoke(_cli(), ["plot", doc.id, "--tag", "loss", "--width", "120"])
-    elapsed = time.perf_counter() - t0
-    assert result.exit_code == 0, result.output
-    assert elapsed < 1.0, elapsed
-    assert result.output.splitlines()[1].lstrip().startswith("50 ┤")  # the spike is the top
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        result = CliRunner().invoke(_cli(), ["plot", doc.id, "--tag", "loss", "--width", "120"])
+        best = min(best, time.perf_counter() - t0)
+        assert result.exit_code == 0, result.output
+    return best, result.output
+
+
+def test_plot_of_a_million_points_is_fast(store_dir: Path) -> None:
+    """A million points cost under 100 plots of a thousand (about 40 measured): the work per
+    point is vectorised, as a Python loop over them alone would take longer than that. A
+    ratio, not a time, so that a loaded machine slows both sides alike."""
+    small, _ = _plot_seconds(1_000)
+    big, output = _plot_seconds(1_000_000)
+    assert big < 100 * small, (big, small)
+    assert output.splitlines()[1].lstrip().startswith("50 ┤")  # the spike is the top
 
 
 def test_ema_matches_tensorboards_definition() -> None:

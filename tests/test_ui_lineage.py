@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -51,15 +52,22 @@ def _prepares(url: str) -> list[dict]:
 @pytest.mark.slow  # the store of 248 evaluations takes seconds to write
 def test_a_big_store_is_drawn_per_function_and_per_neighbourhood(server: str) -> None:
     prepares = _prepares(server)
-    started = time.perf_counter()
-    status, graph = get_json(server + "api/lineage")
-    took = time.perf_counter() - started
+    listed = took = math.inf
+    for _ in range(3):  # the best of three of each: one pause of the machine skews neither
+        started = time.perf_counter()
+        _prepares(server)
+        listed = min(listed, time.perf_counter() - started)
+        started = time.perf_counter()
+        status, graph = get_json(server + "api/lineage")
+        took = min(took, time.perf_counter() - started)
     assert status == 200 and graph["mode"] == "functions" and graph["total"] == 248
     counts = {n["function"].split(":")[-1]: n["count"] for n in graph["nodes"]}
     assert counts == {"prepare": PREPARES, "train": PREPARES * TRAINS}
     ((parent, child, count),) = graph["edges"]
     assert (parent.split(":")[-1], child.split(":")[-1], count) == ("prepare", "train", 240)
-    assert took < 3.0  # milliseconds once listed; the listing of 248 takes a fraction of a second
+    # The graph is drawn from the listing the server keeps: a ratio to a request for
+    # that listing, not a time, so that a loaded machine slows both alike.
+    assert took < 3 * listed, (took, listed)
 
     focus = prepares[0]["id"]
     status, around = get_json(server + f"api/lineage?focus={focus[:12]}&depth=2")

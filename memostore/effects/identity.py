@@ -45,13 +45,12 @@ recorded.
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ..odb.collector import collector_paused
 from ..values.codecs import CodecRegistry, Memory, registry
 from .places import (
     KINDS,
@@ -161,26 +160,9 @@ class Layout:
         return None if best is None else (best[1], best[0].layout)
 
 
-@contextmanager
-def _no_collection() -> Iterator[None]:
-    """Hold the cyclic garbage collector off meanwhile.
-
-    The walks create an entry per object; with a large heap (torch loaded, a
-    data set in memory) each collection they trigger traverses all of it, and
-    costs more than the walk (measured: 4x for a list of 60,000 samples).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def layout(items: Iterable[tuple[str, Any]], codecs: CodecRegistry = registry) -> Layout:
     """Note where every object reachable from *items* stands (breadth first, bounded)."""
-    with _no_collection():
+    with collector_paused():  # the walks trigger collections of a large heap
         return _layout(items, codecs)
 
 
@@ -229,7 +211,7 @@ def relations_of(
     then ``[kind, key]`` steps); see the module docstring for the kinds.
     """
     walk = _Walk(before)
-    with _no_collection():
+    with collector_paused():  # the walks trigger collections of a large heap
         for name, value, rebound in roots:
             walk.root(name, value, in_place=not rebound)
         walk.root(RESULT, result, in_place=False)

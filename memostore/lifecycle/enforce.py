@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LockTimeout, MemostoreError
+from ..odb.fsutil import write_atomically
 from ..odb.lockfile import LockFile
 from .trigger import LOG_NAME, LOGS_DIRNAME, NOTICE_NAME
 
@@ -141,9 +142,7 @@ def _append_line(path: Path, record: dict[str, Any]) -> None:
 
 
 def _write_notice(path: Path, message: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(message + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, (message + "\n").encode(), fsync=False)  # a notice, shown once
 
 
 def take_notice(store: Store) -> str | None:

@@ -246,18 +246,6 @@ def choose(
     return report
 
 
-def plan_eviction(
-    store: Store,
-    policy: EvictionPolicy,
-    *,
-    grace_s: float = DEFAULT_GRACE_S,
-    now: float | None = None,
-    progress: Progress = no_progress,
-) -> EvictionReport:
-    """Choose the evaluations of the local *store* that *policy* evicts; change nothing."""
-    return _plan(store, policy, grace_s=grace_s, now=now, progress=progress)[0]
-
-
 def _plan(
     store: Store,
     policy: EvictionPolicy,

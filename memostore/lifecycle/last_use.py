@@ -33,13 +33,13 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..odb import jsonlines
+from ..odb.fsutil import write_atomically
 from ..odb.objects import is_object_id
 
 if TYPE_CHECKING:
@@ -200,13 +200,12 @@ def compact(store: Store, drop: Iterable[str]) -> None:
             data = old.read()
             end = data.rfind(b"\n") + 1
             merged = _parse(data[:end])
-            tmp = path.with_name(f"{LOG_FILENAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
             lines = b"".join(
                 _line(eid, use.last_used, use.hits)
                 for eid, use in sorted(merged.items())
                 if eid not in unwanted
             )
-            jsonlines.replace(path, lines, tmp)
+            write_atomically(path, lines)
             # Appends that reached the old file between our read and the rename: keep
             # those of evaluations not dropped (a torn tail is skipped like any torn line).
             late = _parse(data[end:] + old.read())

@@ -36,12 +36,12 @@ import contextlib
 import math
 import os
 import re
-import uuid
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..odb import jsonlines
+from ..odb.fsutil import write_atomically
 from ..odb.refs import ref_part, unescape_ref_part
 
 if TYPE_CHECKING:
@@ -190,8 +190,7 @@ def rewrite(store: Store, keep: Iterable[str]) -> int:
         return 0
     entries, documents = _load(store)
     lines = [_line(i, entries[i], i in documents) for i in keep if i in entries]
-    tmp = path.with_name(f"{LINKS_FILENAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    jsonlines.replace(path, b"".join(lines), tmp)
+    write_atomically(path, b"".join(lines))
     return len(lines)
 
 

@@ -254,25 +254,6 @@ def _compute_usage(store: Store, progress: Progress) -> StoreUsage:
     )
 
 
-def plan_eviction(usage: StoreUsage, order: Iterable[str], target_bytes: int) -> list[str]:
-    """The evaluations to remove, taken in *order*, until what is still reached fits.
-
-    Evaluations are removed one at a time (their reach counts decremented); the
-    plan stops as soon as the bytes still reached from any root are at most
-    *target_bytes*, so it may stop before *order* is exhausted, or exhaust it
-    without reaching the target. Tagged evaluations (a ``tags/`` ref) and ids
-    that are not evaluations of *usage* are skipped: never evicted.
-    """
-    planner = EvictionPlanner(usage)
-    plan: list[str] = []
-    for evaluation_id in order:
-        if planner.reached_bytes <= target_bytes:
-            break
-        if planner.remove(evaluation_id):
-            plan.append(evaluation_id)
-    return plan
-
-
 class EvictionPlanner:
     """Removes evaluations from a :class:`StoreUsage` one at a time, in memory only.
 

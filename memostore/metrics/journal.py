@@ -219,7 +219,6 @@ class Journal:
         self.path: Path | None = None
         self.sealed = False
         self.points = 0
-        self.last_write = time.monotonic()
         self.step_counter = 0  # for memostore.log(step=None)
         head = frame(REC_HEADER, _json_bytes(header))
         if directory is None:
@@ -293,7 +292,6 @@ class Journal:
             self._memory += data
         elif self._fd is not None:
             _write_all(self._fd, data)
-        self.last_write = time.monotonic()
 
     def _encode_scalars(self) -> bytes:
         out: list[bytes] = []

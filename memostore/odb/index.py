@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MemostoreError
 from . import jsonlines
+from .fsutil import write_atomically
 from .objects import is_object_id
 
 if TYPE_CHECKING:
@@ -175,9 +175,8 @@ def rewrite(store: Store, entries: Iterable[Mapping[str, Any]]) -> int:
     path = index_path(store)
     if path is None:
         return 0
-    tmp = path.with_name(f"{INDEX_FILENAME}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     lines = [_line(entry) for entry in entries]
-    jsonlines.replace(path, b"".join(lines), tmp)
+    write_atomically(path, b"".join(lines))
     count = len(lines)
     return count
 

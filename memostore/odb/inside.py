@@ -9,7 +9,7 @@ make memostore read, write, touch or delete files elsewhere. So:
   ``memostore fsck`` lists every link in the store (:func:`links_in`);
 - directories are made beneath the store's root one component at a time,
   through descriptors (``openat``, as for a directory remote:
-  ``transport/beneath.py``), so a write never follows a link either.
+  ``odb/beneath.py``), so a write never follows a link either.
 
 A hit reads a ref and a few objects, so the check of a directory is made once
 per process (:class:`CheckedDirs`): later reads cost a set lookup. A

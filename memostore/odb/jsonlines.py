@@ -4,12 +4,11 @@ The evaluation index, the links cache and the last-use log share one scheme:
 each batch of lines is appended with one ``write`` on a descriptor opened with
 ``O_APPEND``, so lines of concurrent writers never interleave; a line torn by a
 crash fails to parse and is skipped by every reader; a compaction replaces the
-whole file through a temp file and an atomic rename.
+whole file with ``fsutil.write_atomically``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -49,22 +48,3 @@ def parse(data: bytes) -> list[Any]:
             except (ValueError, RecursionError):
                 continue  # torn by a crash mid-append
         return parsed
-
-
-def replace(path: Path, data: bytes, tmp: Path) -> None:
-    """Make *data* the whole content of *path*, through *tmp*, fsynced, and an atomic rename.
-
-    Raises:
-        OSError: it cannot be written (*path* is left as it was; *tmp* is removed).
-    """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise

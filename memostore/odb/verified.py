@@ -54,7 +54,7 @@ from pathlib import Path
 
 import blake3
 
-from .fsutil import write_all
+from .fsutil import write_all, write_atomically
 
 Stamp = tuple[int, int, int, int, int]
 
@@ -170,13 +170,9 @@ class VerifiedRecord:
 
     def _compact(self, path: str, lines: list[str]) -> None:
         # A concurrent append to the old file is lost: it costs one more hash, later.
-        tmp = self.tmp_dir / f"verified-{os.getpid()}-{uuid.uuid4().hex}"
-        try:
-            tmp.write_text("".join(line + "\n" for line in lines), encoding="ascii")
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        with contextlib.suppress(OSError):
+            data = "".join(line + "\n" for line in lines).encode("ascii")
+            write_atomically(Path(path), data, fsync=False)  # a cache: lost, it costs a hash
 
     # -- writing -------------------------------------------------------------------------
     def add(self, key: str, stamp: Stamp, members: Iterable[str] = (ALL,)) -> bool:

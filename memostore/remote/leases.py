@@ -1,7 +1,7 @@
 """Leases in a remote: single-flight between machines that share only a remote.
 
 Processes that share a store coordinate a miss through ``leases/`` in it
-(``memostore/leases.py``). Machines that each have their own store and share
+(``memostore/odb/leases.py``). Machines that each have their own store and share
 only a remote with auto-fetch on (``s3://bucket/prefix``, or a directory) do
 the same through that remote: after the local lease (which orders the
 processes of one store), a miss also takes ``leases/<function>/<call key>``

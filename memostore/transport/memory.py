@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..odb.fsutil import write_atomically
 from .base import (
     NotFoundOnRemote,
     RemoteObjectTooLarge,
     Transport,
     as_bytes_or_path,
     local_file,
-    temp_name,
     validate_name,
     validate_prefix,
 )
@@ -86,15 +85,7 @@ class MemoryTransport(Transport):
 
     def get_file(self, name: str, dest: Path) -> None:
         data = self.get_bytes(name)
-        dest = Path(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(temp_name(dest.name))
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, dest)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomically(Path(dest), data, fsync=False)
 
     def stat(self, name: str) -> int | None:
         validate_name(name)
