@@ -11,6 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import MemostoreError, MemostoreWarning
 
+# Registrations every entry point relies on, and cheap (neither numpy nor torch):
+# code digests key data globals by value digests, and the codecs memostore ships.
+from .values import builtin_codecs as _builtin_codecs
+from .values import hashing as _hashing
+
+del _builtin_codecs, _hashing
+
 __version__ = "0.1.0"
 
 __all__ = [

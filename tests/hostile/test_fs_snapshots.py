@@ -135,7 +135,7 @@ def test_a_crafted_layout_writes_nothing_outside_and_misses(victim: Victim, case
     assert not (victim.home / "marker.txt").exists()
     assert tree_state(victim.project) == project_before
     # The crafted value is refused, naming what it held, and the call recomputes.
-    assert "cannot restore the stored result" in err and "recomputing" in err
+    assert "the stored result cannot be restored" in err and "recomputing" in err
     assert "refused" in err
     assert "BODY RAN" in out
     assert _files(out) == {"a.txt": "alpha", "sub/b.txt": "beta"}
