@@ -89,7 +89,8 @@ def _run(path: Path, store: Path) -> tuple[list[str], list[str]]:
                 continue
             for line in text.splitlines():  # memostore's lines, and any error
                 if line.startswith("memostore: "):
-                    calls.append(" ".join(line.split()[1:3]).rstrip(":"))
+                    if line.split()[2] != "stored":  # the decisions: miss or hit
+                        calls.append(" ".join(line.split()[1:3]).rstrip(":"))
                 elif line.strip():
                     out.append(line)
     return out, calls

@@ -28,7 +28,9 @@ class DataCfg:
 
 
 def _lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
-    return re.findall(r"^memostore: [\w.<>]+: (.*)$", capsys.readouterr().err, re.M)
+    """The verbose lines that decide a call (``miss``/``hit``; not ``stored``)."""
+    found = re.findall(r"^memostore: [\w.<>]+: (.*)$", capsys.readouterr().err, re.M)
+    return [line for line in found if not line.startswith("stored ")]
 
 
 @pytest.fixture

@@ -538,7 +538,7 @@ def test_s3_without_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     from memostore.transport import S3Transport
 
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(RemoteError, match=r"pip install 'memostore\[s3\]'"):
+    with pytest.raises(RemoteError, match=r"pip install '\.\[s3\]'"):
         S3Transport("bucket")
 
 

@@ -72,7 +72,7 @@ _LOOKUP_MODULES = frozenset({"os", "_collections_abc", "collections.abc"})
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _CODE_SUFFIXES = (".py", ".pyc", ".pyi", ".pyd", ".so", ".pth")
 _LISTING_PREFIX = b"memostore:listing:1\n"
-_FILE, _LISTING = "file", "listing"
+_FILE, _LISTING, _MADE = "file", "listing", "made"
 
 
 def _system_roots() -> tuple[str, ...]:
@@ -144,6 +144,8 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         kind = _FILE
     elif event == "os.listdir" or event == "os.scandir":
         kind = _LISTING
+    elif event == "os.mkdir":
+        kind = _MADE
     else:
         return
     frames = getattr(_local, "frames", None)
@@ -163,7 +165,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     if text.startswith(_skipped) or text.endswith(_CODE_SUFFIXES):
         return
-    if kind is _FILE and args[2] & _WRITING:
+    if kind is _MADE or (kind is _FILE and args[2] & _WRITING):
         for frame in frames:
             frame.written.add(text)
         return
@@ -210,9 +212,14 @@ def end(frame: Frame) -> dict[str, Any]:
     files = dict(frame.entries)
     _local.busy = True  # the reads below are memostore's own, not the outer bodies'
     try:
+        # A directory the body made or wrote into lists its own output: not an input.
+        made = {os.path.dirname(w) for w in frame.written} | frame.written
         for path, kind in frame.paths.items():
-            if path not in frame.written and path not in files:
-                files[path] = _entry(path, kind, signed=True)
+            if path in files or path in frame.written:
+                continue
+            if kind is _LISTING and path in made:
+                continue
+            files[path] = _entry(path, kind, signed=True)
     finally:
         _local.busy = False
     if files:
