@@ -684,6 +684,41 @@ def test_a_miss_from_weights_that_differ_run_to_run_is_named(tmp_path: Path) -> 
     assert "model.weight" in warned[0] and "unseeded RNG" in warned[0]
 
 
+TRAINED_THEN_EVALUATED = """
+import sys
+import torch
+import torch.nn as nn
+from memostore import memo
+
+
+@memo
+def train(lr):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    with torch.no_grad():
+        model.weight.mul_(lr)
+    return model
+
+
+@memo
+def evaluate(model, x):
+    with torch.no_grad():
+        return model(x).sum().item()
+
+
+evaluate(train(float(sys.argv[1])), torch.ones(1, 3))
+"""
+
+
+def test_a_model_another_memoised_call_made_is_not_named_as_unseeded(tmp_path: Path) -> None:
+    """Another learning rate trains other weights: a miss of evaluate, and no warning."""
+    script = write_script(tmp_path, "trained.py", TRAINED_THEN_EVALUATED)
+    env = {**REPRODUCIBLE, "MEMOSTORE_DIR": str(tmp_path / "store")}
+    run_script(script, "1.0", env=env)
+    second = run_script(script, "3.0", env=env)
+    assert "MemostoreWarning" not in second.stderr, second.stderr
+
+
 def _trainer_example() -> str:
     """The Hugging Face Trainer example of docs/logging.md, as a user copies it."""
     text = (REPO / "docs" / "logging.md").read_text()

@@ -87,6 +87,8 @@ def name_weight_miss(store: Store, call: KeyedCall) -> None:
     symbol = call.fn.symbol
     if symbol in _weights_checked:
         return
+    if call.encoder.parents:
+        return  # tensors another memoised call made (a trained model): not an unseeded RNG's
     _weights_checked.add(symbol)
     try:
         # Nothing stored of this function yet (a first run): no comparison to import.
