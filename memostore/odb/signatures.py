@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .fsutil import write_atomically
 from .objects import is_object_id
 
 SIGS_DIR = "sigs"
@@ -81,15 +82,10 @@ class SignatureFiles:
             with self._lock:
                 self._memory[evaluation_id] = merged
             return True
-        self._dir.mkdir(exist_ok=True)
-        final = self._dir / evaluation_id
-        tmp = self._dir / f".{evaluation_id}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            tmp.write_bytes(b"".join(line + b"\n" for line in merged))
-            os.replace(tmp, final)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
+        # Made durable with the evaluation's objects by the barrier before its ref
+        # moves (a lost signature of a local evaluation is re-made by push).
+        data = b"".join(line + b"\n" for line in merged)
+        write_atomically(self._dir / evaluation_id, data, fsync=False)
         return True
 
     def ids(self) -> Iterator[str]:
